@@ -1,0 +1,149 @@
+"""The ``rlkit`` command. Recipe fields are never flags: they are ``key=value`` overrides checked by
+the schema. Heavy imports (torch, Lightning, wandb, ale-py) happen inside the commands that need them."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from rlkit.errors import RunFailed, UserError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2 (argparse's default prints usage too)
+        raise UserError(f"{self.prog}: {message}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="rlkit", description="Distributed actor-critic RL with pluggable communication.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    run = sub.add_parser("run", help="train with a recipe")
+    run.add_argument("recipe", help="YAML path or bundled recipe name (see `rlkit recipes`)")
+    run.add_argument("overrides", nargs="*", help="key=value recipe overrides, e.g. algo.lr=0.001")
+    show = sub.add_parser("show", help="print the merged, validated recipe")
+    show.add_argument("recipe")
+    show.add_argument("overrides", nargs="*")
+    sub.add_parser("plugins", help="installed communicators")
+    sub.add_parser("recipes", help="bundled recipes")
+    ev = sub.add_parser("evaluate", help="play episodes with a checkpoint and print raw scores")
+    ev.add_argument("checkpoint")
+    ev.add_argument("--episodes", type=int, default=10)
+    ev.add_argument("--greedy", action="store_true", help="take the most likely action")
+    ev.add_argument("--seed", type=int, default=12345)
+    ev.add_argument("--gif", help="write the first episode as an animated GIF")
+    plot = sub.add_parser("plot", help="learning curves of runs to a PNG")
+    plot.add_argument("run_dirs", nargs="+")
+    plot.add_argument("-o", "--output", default="curves.png")
+    plot.add_argument("--metric", action="append", help="metrics to plot (default: episode/score)")
+    plot.add_argument("--x", default="agent_steps", help="x axis: agent_steps, frames or step")
+    bench = sub.add_parser("bench", help="throughput benchmarks (see docs/benchmarks.md)")
+    bench.add_argument("name", choices=["core"])
+    bench.add_argument("--env", default="pong", choices=["pong", "cartpole", "all"])
+    bench.add_argument("--updates", type=int, default=150, help="updates per measurement")
+    bench.add_argument("--device", default="cpu", choices=["cpu", "cuda", "all"])
+    bench.add_argument("--json", help="also write the results as JSON")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+        return _COMMANDS[args.command](args) or 0
+    except UserError as exc:
+        print(f"rlkit: error: {exc}", file=sys.stderr)
+        return 2
+    except RunFailed as exc:
+        print(f"rlkit: run failed: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("rlkit: interrupted", file=sys.stderr)
+        return 130
+
+
+def _run(args) -> int:
+    from rlkit.run import train
+
+    result = train(args.recipe, args.overrides)
+    print(result.summary(_env_id(result.run_dir)))
+    return 0
+
+
+def _env_id(run_dir) -> str:
+    import yaml
+
+    return yaml.safe_load((run_dir / "recipe.yaml").read_text())["env"]["id"]
+
+
+def _show(args) -> int:
+    from rlkit.manager import build_plugin_manager
+    from rlkit.recipes import to_yaml
+    from rlkit.run import prepare
+
+    cfg, _, _ = prepare(args.recipe, args.overrides, build_plugin_manager())
+    print(to_yaml(cfg), end="")
+    return 0
+
+
+def _plugins(args) -> int:
+    from rlkit.manager import build_plugin_manager
+
+    manager = build_plugin_manager()
+    rows = []
+    for name, entries in sorted(manager.communicators().items()):
+        for e in entries:
+            rows.append((name, f"{e.plugin.distribution} {e.plugin.version}".strip(), e.spec.summary))
+    _table(("communicator", "distribution", "summary"), rows)
+    return 0
+
+
+def _recipes(args) -> int:
+    import yaml
+
+    from rlkit.recipes import bundled_recipes
+
+    rows = []
+    for path in bundled_recipes():
+        data = yaml.safe_load(path.read_text()) or {}
+        comm = (data.get("communication") or {}).get("name", "local")
+        rows.append((path.stem, (data.get("env") or {}).get("id", "?"), comm, str(path)))
+    _table(("recipe", "env", "communicator", "path"), rows)
+    return 0
+
+
+def _table(header: tuple, rows: list[tuple]) -> None:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+
+
+def _evaluate(args) -> int:
+    from rlkit.evaluate import evaluate
+
+    if args.episodes < 1:
+        raise UserError(f"--episodes: {args.episodes} is not allowed; must be >= 1")
+    report = evaluate(args.checkpoint, args.episodes, greedy=args.greedy, seed=args.seed, gif=args.gif)
+    print(report.summary())
+    return 0
+
+
+def _plot(args) -> int:
+    from rlkit.plot import plot_runs
+
+    out = plot_runs(args.run_dirs, args.output, args.metric or ["episode/score"], args.x)
+    print(f"wrote {out}")
+    return 0
+
+
+def _bench(args) -> int:
+    from rlkit.bench import run_core_bench
+
+    run_core_bench(args.env, args.updates, args.device, args.json)
+    return 0
+
+
+_COMMANDS = {"run": _run, "show": _show, "plugins": _plugins, "recipes": _recipes,
+             "evaluate": _evaluate, "plot": _plot, "bench": _bench}
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""Vectorised environments: gymnasium's sync/async vector envs, and ale-py's C++ AtariVectorEnv
+for ``ALE/<Game>-v5`` ids. All are created with same-step autoreset: the observation returned
+after an episode ends is already the first of the next one, the last one is in ``info["final_obs"]``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+import gymnasium as gym
+
+from rlkit.config import EnvConfig
+from rlkit.errors import UserError
+
+ATARI_PREFIX = "ALE/"
+
+
+def is_atari(env_id: str) -> bool:
+    return env_id.startswith(ATARI_PREFIX)
+
+
+def atari_game(env_id: str) -> str:
+    """'ALE/SpaceInvaders-v5' -> 'space_invaders' (ale-py's ROM id)."""
+    name = env_id[len(ATARI_PREFIX):].split("-")[0]
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def make_vector_env(cfg: EnvConfig, seed: int, num_envs: int | None = None) -> gym.vector.VectorEnv:
+    """The vector env a recipe asks for, reset with ``seed`` (env i gets seed + i)."""
+    n = cfg.num_envs if num_envs is None else num_envs
+    env = _make_atari(cfg, n) if is_atari(cfg.id) else _make_gym(cfg, n)
+    return env
+
+
+def _make_atari(cfg: EnvConfig, n: int) -> gym.vector.VectorEnv:
+    from ale_py import roms
+    from ale_py.vector_env import AtariVectorEnv
+
+    game = atari_game(cfg.id)
+    if game not in roms.get_all_rom_ids():
+        raise UserError(f"env.id: unknown Atari game '{cfg.id}' (ROM '{game}' is not in ale-py)")
+    a = cfg.atari
+    # One C++ thread per core: more threads than cores only adds wake-up latency to every step.
+    threads = a.num_threads or min(n, os.cpu_count() or 1)
+    return AtariVectorEnv(
+        game, n, num_threads=threads, autoreset_mode="SameStep",
+        frameskip=a.frameskip, noop_max=a.noop_max, stack_num=a.stack, img_height=a.size,
+        img_width=a.size, grayscale=True, maxpool=True, episodic_life=a.episodic_life,
+        repeat_action_probability=a.repeat_action_probability,
+        max_num_frames_per_episode=a.max_episode_frames,
+        reward_clipping=False,  # the learner clips; scores stay raw
+        **dict(cfg.kwargs))
+
+
+def _make_gym(cfg: EnvConfig, n: int) -> gym.vector.VectorEnv:
+    _check_registered(cfg.id)
+    kwargs: dict[str, Any] = dict(cfg.kwargs)
+    try:
+        return gym.make_vec(cfg.id, num_envs=n, vectorization_mode=cfg.vectorization,
+                            vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, **kwargs)
+    except TypeError as exc:
+        raise UserError(f"env.kwargs: {cfg.id} rejects them: {exc}") from None
+
+
+def _check_registered(env_id: str) -> None:
+    if env_id in gym.registry:
+        return
+    try:
+        gym.spec(env_id)
+    except Exception as exc:
+        hint = str(exc).splitlines()[0]
+        raise UserError(f"env.id: unknown environment '{env_id}' ({hint})") from None
+
+
+def env_spaces(cfg: EnvConfig) -> tuple[gym.Space, gym.Space]:
+    """(single observation space, single action space) of the recipe's env."""
+    env = make_vector_env(cfg, seed=0, num_envs=1)
+    try:
+        return env.single_observation_space, env.single_action_space
+    finally:
+        env.close()

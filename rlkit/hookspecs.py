@@ -1,0 +1,150 @@
+"""The hook contract between rlkit's core and its communication plugins.
+
+Every hook rlkit calls is declared here, and nowhere else. There are two tiers:
+
+* **Registration hooks** are implemented by installed plugin *modules* (found through the
+  ``rlkit`` entry-point group) and only return records: they must import nothing heavy and touch
+  no device, process group or network.
+* **Run hooks** are implemented by the *communicator instance* chosen for one run (and any other
+  run-scoped helper a test or plugin registers for the run). The core calls them from exactly one
+  place, :class:`rlkit.runhooks.RunHooks`, where the fallback used when nobody answers is written
+  next to the call.
+
+Each run hook receives ``run``, the :class:`rlkit.runtime.Run` of this run (validated recipe,
+the communicator's validated options, run directory). Hooks evolve compatibly: arguments are
+added, never renamed or reordered.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+import pluggy
+
+if TYPE_CHECKING:
+    from rlkit.module import ActorCriticModule
+    from rlkit.plugin import CommunicatorSpec
+    from rlkit.runtime import Run
+
+hookspec = pluggy.HookspecMarker("rlkit")
+
+
+# --------------------------------------------------------------------------------------------
+# Registration hooks
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec
+def rlkit_communicators() -> Iterable["CommunicatorSpec"]:
+    """Return the communicators this plugin provides, as :class:`~rlkit.plugin.CommunicatorSpec`.
+
+    All answers are collected. A name provided by two plugins is reported as a conflict when
+    it is selected.
+
+    Called on: the process that builds the plugin manager (the CLI, before a recipe is loaded),
+    for ``rlkit plugins``, ``rlkit show`` and ``rlkit run``.
+    """
+
+
+# --------------------------------------------------------------------------------------------
+# Run hooks
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec
+def rlkit_configure(run: "Run") -> None:
+    """Prepare the run: check the recipe against what the protocol supports, set up run state.
+
+    Raise :class:`rlkit.errors.UserError` for a recipe the protocol cannot run.
+    All implementations are called.
+
+    Called on: the launching process, once, after the recipe and the communicator's options have
+    been validated and before the Lightning ``Trainer`` is built.
+    """
+
+
+@hookspec(firstresult=True)
+def rlkit_make_strategy(run: "Run") -> Any:
+    """Return the Lightning strategy (an instance or a registered name) that lays out the
+    learner processes of this run.
+
+    First non-None answer wins. When nobody answers: ``"auto"``.
+
+    Called on: the launching process, once, while the ``Trainer`` is built.
+    """
+
+
+@hookspec(firstresult=True)
+def rlkit_make_rollout_source(run: "Run", module: "ActorCriticModule") -> Any:
+    """Return the source of training batches: an iterable of :class:`rlkit.rollout.Batch`,
+    optionally with a ``close()`` method that the core calls at teardown.
+
+    First non-None answer wins. When nobody answers: :class:`rlkit.rollout.LocalRollout`, the
+    learner's own vectorised environments, acting with its live parameters.
+
+    Called on: every learner process, once, when Lightning asks for the train dataloader (the
+    module is already on its device and knows its rank).
+    """
+
+
+@hookspec(firstresult=True)
+def rlkit_sync_gradients(run: "Run", module: "ActorCriticModule") -> Any:
+    """Act on the gradients after backward and before clipping and the optimizer step (e.g.
+    average them across learners). Return something other than None to say it was handled.
+
+    First non-None answer wins. When nobody answers: the local gradients are used as they are.
+
+    Called on: every learner process, once per update, right after ``manual_backward``.
+    """
+
+
+@hookspec
+def rlkit_after_optimizer_step(run: "Run", module: "ActorCriticModule", update: int) -> None:
+    """Act on the parameters after the optimizer step (e.g. gossip them to peers and mix).
+
+    ``update`` counts optimizer steps of this learner, starting at 1. All implementations are
+    called; nothing happens when nobody answers.
+
+    Called on: every learner process, once per update, right after ``optimizer.step()``.
+    """
+
+
+@hookspec
+def rlkit_metrics(run: "Run", module: "ActorCriticModule") -> Mapping[str, float]:
+    """Return protocol metrics to log (name -> number), e.g. ``{"comm/allreduce_ms": 7.1}``.
+
+    All answers are merged (a later plugin's key wins). When nobody answers: no extra metrics.
+
+    Called on: every learner process, at the log interval (``trainer.log_every_n_updates``);
+    only rank 0's values reach the loggers unless the metric is reduced by the plugin.
+    """
+
+
+@hookspec
+def rlkit_state_dict(run: "Run", module: "ActorCriticModule") -> Mapping[str, Any]:
+    """Return the protocol state a resumed run needs (counters, mixing weights), made of tensors
+    and plain Python containers only (checkpoints are loaded weights-only).
+
+    All answers are merged into the checkpoint under ``"rlkit_plugins"``.
+
+    Called on: every learner process, whenever Lightning writes a checkpoint.
+    """
+
+
+@hookspec
+def rlkit_load_state_dict(run: "Run", module: "ActorCriticModule", state: Mapping[str, Any]) -> None:
+    """Restore what :func:`rlkit_state_dict` returned. All implementations are called.
+
+    Called on: every learner process, when a run resumes from a checkpoint, before training.
+    """
+
+
+@hookspec
+def rlkit_unconfigure(run: "Run", error: "BaseException | None") -> None:
+    """Release what the run holds (processes, threads, shared memory, process groups).
+
+    Always called, also after an error or Ctrl-C (``error`` is then the exception). All
+    implementations are called; one that raises does not stop the others.
+
+    Called on: the launching process, once, at the very end of the run.
+    """

@@ -1,0 +1,80 @@
+"""A2C math as pure functions on tensors shaped [T, N] (time, environment).
+
+``dones[t]`` is 1 when the episode ended at step t, so nothing is bootstrapped across it.
+``last_value`` [N] is the value estimate of the observation after the last step.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+
+def nstep_returns(rewards: torch.Tensor, dones: torch.Tensor, last_value: torch.Tensor,
+                  gamma: float) -> torch.Tensor:
+    """R_t = r_t + gamma * (1 - done_t) * R_{t+1}, with R_T = V(s_T)."""
+    returns = torch.empty_like(rewards)
+    running = last_value
+    for t in reversed(range(rewards.shape[0])):
+        running = rewards[t] + gamma * (1.0 - dones[t]) * running
+        returns[t] = running
+    return returns
+
+
+def gae_advantages(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor,
+                   last_value: torch.Tensor, gamma: float, lam: float) -> torch.Tensor:
+    """Generalised advantage estimation: A_t = delta_t + gamma * lam * (1 - done_t) * A_{t+1}."""
+    advantages = torch.empty_like(rewards)
+    running = torch.zeros_like(last_value)
+    next_value = last_value
+    for t in reversed(range(rewards.shape[0])):
+        not_done = 1.0 - dones[t]
+        delta = rewards[t] + gamma * not_done * next_value - values[t]
+        running = delta + gamma * lam * not_done * running
+        advantages[t] = running
+        next_value = values[t]
+    return advantages
+
+
+def returns_and_advantages(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor,
+                           last_value: torch.Tensor, gamma: float,
+                           gae_lambda: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Value targets and advantages: n-step returns when ``gae_lambda`` is None, else GAE."""
+    if gae_lambda is None:
+        returns = nstep_returns(rewards, dones, last_value, gamma)
+        return returns, returns - values
+    advantages = gae_advantages(rewards, values, dones, last_value, gamma, gae_lambda)
+    return advantages + values, advantages
+
+
+class A2CLoss(NamedTuple):
+    total: torch.Tensor
+    policy: torch.Tensor
+    value: torch.Tensor
+    entropy: torch.Tensor
+
+
+def a2c_loss(log_probs: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor,
+             returns: torch.Tensor, advantages: torch.Tensor, value_coef: float,
+             entropy_coef: float) -> A2CLoss:
+    """Policy gradient with a fixed advantage, squared-error value loss, entropy bonus.
+
+    total = -mean(A * log pi) + value_coef * mean((R - V)^2) - entropy_coef * mean(H)
+    (the 0.5 of the usual squared error is left to ``value_coef``, as in OpenAI baselines).
+    """
+    policy = -(advantages.detach() * log_probs).mean()
+    value = (returns.detach() - values).pow(2).mean()
+    ent = entropy.mean()
+    total = policy + value_coef * value - entropy_coef * ent
+    return A2CLoss(total, policy, value, ent)
+
+
+def floored_log_prob(probs: torch.Tensor, actions: torch.Tensor, floor: float) -> torch.Tensor:
+    """log(max(pi(a|s), floor)), GA3C's guard against policy lag driving pi to zero."""
+    chosen = probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+    return torch.log(chosen.clamp_min(floor))
+
+
+def normalize(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    return (x - x.mean()) / (x.std() + eps)

@@ -1,0 +1,144 @@
+"""Policy + value networks: the Nature CNN for image observations, an MLP for vectors;
+a categorical head for Discrete actions, a diagonal Gaussian for Box actions."""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+from torch.distributions import Categorical, Normal
+
+from rlkit.config import ModelConfig
+from rlkit.errors import UserError
+from rlkit.losses import floored_log_prob
+
+
+def _init(layer: nn.Module, gain: float) -> nn.Module:
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+class NatureCNN(nn.Module):
+    """Mnih et al. 2015: conv 32x8x8/4, 64x4x4/2, 64x3x3/1, fc 512; uint8 input scaled by 1/255."""
+
+    def __init__(self, in_shape: tuple[int, ...], channels: list[int], hidden: int):
+        super().__init__()
+        c1, c2, c3 = channels
+        relu = math.sqrt(2)
+        self.convs = nn.Sequential(
+            _init(nn.Conv2d(in_shape[0], c1, 8, 4), relu), nn.ReLU(),
+            _init(nn.Conv2d(c1, c2, 4, 2), relu), nn.ReLU(),
+            _init(nn.Conv2d(c2, c3, 3, 1), relu), nn.ReLU(), nn.Flatten())
+        with torch.no_grad():
+            flat = self.convs(torch.zeros(1, *in_shape)).shape[1]
+        self.fc = nn.Sequential(_init(nn.Linear(flat, hidden), relu), nn.ReLU())
+        self.out_dim = hidden
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.convs(obs.float() / 255.0))
+
+
+class MLP(nn.Module):
+    def __init__(self, in_dim: int, hidden: list[int], activation: str):
+        super().__init__()
+        act = nn.Tanh if activation == "tanh" else nn.ReLU
+        layers: list[nn.Module] = []
+        for width in hidden:
+            layers += [_init(nn.Linear(in_dim, width), math.sqrt(2)), act()]
+            in_dim = width
+        self.net = nn.Sequential(nn.Flatten(), *layers)
+        self.out_dim = in_dim
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs.float())
+
+
+class Evaluation(NamedTuple):
+    log_probs: torch.Tensor
+    entropy: torch.Tensor
+    values: torch.Tensor
+
+
+class ActorCritic(nn.Module):
+    """``act`` samples actions for a batch of observations; ``evaluate`` scores taken actions."""
+
+    def __init__(self, obs_space: spaces.Space, action_space: spaces.Space, cfg: ModelConfig):
+        super().__init__()
+        self.discrete = isinstance(action_space, spaces.Discrete)
+        if not self.discrete and not isinstance(action_space, spaces.Box):
+            raise UserError(f"env: action space {action_space} is not supported; use Discrete or Box")
+        self.body = _make_body(obs_space, cfg)
+        self.value_body = None if cfg.shared or _is_image(obs_space, cfg) else _make_body(obs_space, cfg)
+        n_out = int(action_space.n) if self.discrete else int(np.prod(action_space.shape))
+        self.policy_head = _init(nn.Linear(self.body.out_dim, n_out), 0.01)
+        self.value_head = _init(nn.Linear(self.body.out_dim, 1), 1.0)
+        if not self.discrete:
+            self.log_std = nn.Parameter(torch.full((n_out,), cfg.log_std_init))
+            self.register_buffer("low", torch.as_tensor(action_space.low, dtype=torch.float32))
+            self.register_buffer("high", torch.as_tensor(action_space.high, dtype=torch.float32))
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(policy logits or Gaussian mean, state value)."""
+        features = self.body(obs)
+        value_features = features if self.value_body is None else self.value_body(obs)
+        return self.policy_head(features), self.value_head(value_features).squeeze(-1)
+
+    def distribution(self, head: torch.Tensor):
+        if self.discrete:
+            return Categorical(logits=head)
+        return Normal(head, self.log_std.exp().expand_as(head))
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, greedy: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """(actions, values) for a batch of observations, without gradients."""
+        head, values = self(obs)
+        if greedy:
+            actions = head.argmax(-1) if self.discrete else head
+        else:
+            actions = self.distribution(head).sample()
+        return actions, values
+
+    def env_actions(self, actions: torch.Tensor) -> np.ndarray:
+        """What the environment is given: Gaussian samples are clipped to the action bounds."""
+        if not self.discrete:
+            actions = torch.maximum(torch.minimum(actions, self.high), self.low)
+        return actions.cpu().numpy()
+
+    def evaluate(self, obs: torch.Tensor, actions: torch.Tensor,
+                 log_prob_floor: float | None = None) -> Evaluation:
+        head, values = self(obs)
+        return self.evaluate_head(head, values, actions, log_prob_floor)
+
+    def evaluate_head(self, head: torch.Tensor, values: torch.Tensor, actions: torch.Tensor,
+                      log_prob_floor: float | None = None) -> Evaluation:
+        """Log-probabilities of ``actions`` and entropies under the policy ``head`` parametrises."""
+        dist = self.distribution(head)
+        if self.discrete and log_prob_floor is not None:
+            log_probs = floored_log_prob(dist.probs, actions, log_prob_floor)
+        else:
+            log_probs = dist.log_prob(actions)
+        entropy = dist.entropy()
+        if not self.discrete:  # independent dimensions: joint log-prob and entropy are sums
+            log_probs, entropy = log_probs.sum(-1), entropy.sum(-1)
+        return Evaluation(log_probs, entropy, values)
+
+
+def _is_image(space: spaces.Space, cfg: ModelConfig) -> bool:
+    if cfg.kind != "auto":
+        return cfg.kind == "cnn"
+    return isinstance(space, spaces.Box) and len(space.shape) == 3 and space.dtype == np.uint8
+
+
+def _make_body(space: spaces.Space, cfg: ModelConfig) -> nn.Module:
+    if not isinstance(space, spaces.Box):
+        raise UserError(f"env: observation space {space} is not supported; use a Box")
+    if _is_image(space, cfg):
+        if len(space.shape) != 3:
+            raise UserError(f"model.kind: cnn needs [C, H, W] observations, got shape {space.shape}")
+        return NatureCNN(tuple(space.shape), list(cfg.cnn_channels), cfg.cnn_hidden)
+    return MLP(int(np.prod(space.shape)), list(cfg.hidden), cfg.activation)

@@ -1,0 +1,191 @@
+"""ActorCriticModule: the Lightning learner. Policy/value network, A2C loss, optimizer; the run
+hooks are called from its training step at the points where the protocols differ."""
+
+from __future__ import annotations
+
+import collections
+import math
+import time
+from typing import Any, Iterator
+
+import lightning.pytorch as pl
+import torch
+from gymnasium import spaces
+
+from rlkit.config import RunConfig
+from rlkit.envs import is_atari
+from rlkit.errors import RunFailed
+from rlkit.losses import a2c_loss, normalize, returns_and_advantages
+from rlkit.models import ActorCritic
+from rlkit.rollout import Batch
+
+
+class ActorCriticModule(pl.LightningModule):
+    def __init__(self, recipe: RunConfig, obs_space: spaces.Space, action_space: spaces.Space,
+                 hooks: Any = None, recipe_dict: dict | None = None):
+        super().__init__()
+        self.recipe = recipe
+        self.hooks = hooks
+        self.automatic_optimization = False
+        if recipe_dict is not None:
+            self.save_hyperparameters({"recipe": recipe_dict}, logger=False)
+        self.model = ActorCritic(obs_space, action_space, recipe.model)
+        self.frames_per_step = recipe.env.atari.frameskip if is_atari(recipe.env.id) else 1
+        self.agent_steps = 0  # this learner's
+        self.recent_scores: collections.deque = collections.deque(maxlen=recipe.algo.score_window)
+        self._source: Any = None
+        self._window = _Window()
+
+    # -- data ---------------------------------------------------------------------------------
+
+    def env_seed(self) -> int:
+        return self.recipe.seed + 10_000 * self.global_rank
+
+    def train_dataloader(self):
+        self._source = self.hooks.make_rollout_source(self)
+        return self._source
+
+    def on_train_start(self) -> None:
+        self._window = _Window()  # throughput counts from here, not from construction
+
+    def teardown(self, stage: str) -> None:
+        close = getattr(self._source, "close", None)
+        if close is not None:
+            close()
+        self._source = None
+
+    # -- optimisation -------------------------------------------------------------------------
+
+    def configure_optimizers(self):
+        a = self.recipe.algo
+        if a.optimizer == "rmsprop":
+            opt = torch.optim.RMSprop(self.parameters(), lr=a.lr, alpha=a.alpha, eps=a.eps)
+        else:
+            opt = torch.optim.Adam(self.parameters(), lr=a.lr, eps=a.eps)
+        total = self.recipe.updates_per_learner()
+        if a.lr_schedule == "linear":
+            schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda u: max(0.0, 1.0 - u / total))
+        else:
+            schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda u: 1.0)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+    def training_step(self, dataloader_iter: Iterator[tuple[Batch, int, int]]):
+        # Taking the iterator (not a batch) stops Lightning from prefetching: each rollout is
+        # collected with the parameters of the previous update, as A2C requires.
+        batch, _, _ = next(dataloader_iter)
+        losses = self.compute_loss(batch)
+        if not torch.isfinite(losses.total):
+            raise RunFailed(f"loss is {losses.total.item()} at update {self.global_step + 1}; "
+                            "the last good checkpoint is kept")
+        opt = self.optimizers()
+        opt.zero_grad(set_to_none=True)
+        self.manual_backward(losses.total)
+        self.hooks.sync_gradients(self)
+        grad_norm = self._clip_gradients()
+        opt.step()
+        self.lr_schedulers().step()
+        update = self.global_step
+        self.hooks.after_optimizer_step(self, update)
+        self._account(batch)
+        if update % self.recipe.trainer.log_every_n_updates == 0 or update == 1:
+            self._log_metrics(losses, grad_norm)
+        self._maybe_stop()
+
+    def compute_loss(self, batch: Batch):
+        """One forward pass over the rollout and s_T: the values of s_0..s_{T-1} are the critic's
+        predictions, that of s_T (detached) is the bootstrap. Acting needed no values, so the
+        rollout does one forward pass per step and no extra one for the bootstrap."""
+        a = self.recipe.algo
+        T, N = batch.rewards.shape
+        flat_obs = torch.cat([batch.obs.reshape(T * N, *batch.obs.shape[2:]), batch.last_obs])
+        flat_actions = batch.actions.reshape(T * N, *batch.actions.shape[2:])
+        head, all_values = self.model(flat_obs)
+        ev = self.model.evaluate_head(head[: T * N], all_values[: T * N], flat_actions, a.log_prob_floor)
+        values = all_values.detach()
+        returns, advantages = returns_and_advantages(batch.rewards, values[: T * N].reshape(T, N), batch.dones,
+                                                     values[T * N:], a.gamma, a.gae_lambda)
+        if a.normalize_advantages:
+            advantages = normalize(advantages)
+        return a2c_loss(ev.log_probs, ev.entropy, ev.values, returns.reshape(-1),
+                        advantages.reshape(-1), a.value_coef, a.entropy_coef)
+
+    def _clip_gradients(self) -> float:
+        max_norm = self.recipe.algo.max_grad_norm
+        params = [p for p in self.parameters() if p.grad is not None]
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm else math.inf)
+        return float(norm)
+
+    # -- bookkeeping --------------------------------------------------------------------------
+
+    @property
+    def world_size(self) -> int:
+        return self.trainer.world_size if self._trainer is not None else 1
+
+    def total_agent_steps(self) -> int:
+        """Agent steps summed over learners (learners advance in step with each other)."""
+        return self.agent_steps * self.recipe.placement.learners
+
+    def _account(self, batch: Batch) -> None:
+        self.agent_steps += batch.steps
+        self.recent_scores.extend(batch.scores)
+        self._window.add(batch)
+
+    def _log_metrics(self, losses, grad_norm: float) -> None:
+        steps = self.total_agent_steps()
+        metrics = {
+            "agent_steps": float(steps), "frames": float(steps * self.frames_per_step),
+            "loss/total": losses.total.item(), "loss/policy": losses.policy.item(),
+            "loss/value": losses.value.item(), "loss/entropy": losses.entropy.item(),
+            "grad_norm": grad_norm, "lr": self.optimizers().param_groups[0]["lr"],
+        }
+        metrics.update(self._window.flush(self.recipe.placement.learners, self.frames_per_step))
+        if self.recent_scores:
+            metrics["score_mean"] = sum(self.recent_scores) / len(self.recent_scores)
+        metrics.update(self.hooks.metrics(self))
+        # Straight to the loggers at the log interval: self.log would repeat stale values every step.
+        for logger in self.loggers:
+            logger.log_metrics(metrics, step=self.global_step)
+            logger.save()
+        bar = {"agent_steps": steps, "sps": metrics["sps"], "score": metrics.get("score_mean", float("nan"))}
+        self.log_dict(bar, on_step=True, prog_bar=True, logger=False, batch_size=1)
+
+    def _maybe_stop(self) -> None:
+        target = self.recipe.algo.stop_at_score
+        full = len(self.recent_scores) == self.recent_scores.maxlen
+        if target is not None and full and sum(self.recent_scores) / len(self.recent_scores) >= target:
+            self.trainer.should_stop = True
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["rlkit"] = {"agent_steps": self.agent_steps, "recent_scores": list(self.recent_scores),
+                               "plugins": self.hooks.state_dict(self) if self.hooks else {}}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        state = checkpoint.get("rlkit", {})
+        self.agent_steps = int(state.get("agent_steps", 0))
+        self.recent_scores.extend(state.get("recent_scores", []))
+        if self.hooks:
+            self.hooks.load_state_dict(self, state.get("plugins", {}))
+
+
+class _Window:
+    """Throughput and episode statistics since the last log."""
+
+    def __init__(self):
+        self.start = time.perf_counter()
+        self.steps, self.scores, self.lengths = 0, [], []
+
+    def add(self, batch: Batch) -> None:
+        self.steps += batch.steps
+        self.scores += batch.scores
+        self.lengths += batch.lengths
+
+    def flush(self, learners: int, frames_per_step: int) -> dict[str, float]:
+        now = time.perf_counter()
+        sps = self.steps * learners / max(now - self.start, 1e-9)
+        out = {"sps": sps, "fps": sps * frames_per_step}
+        if self.scores:
+            out["episode/score"] = sum(self.scores) / len(self.scores)
+            out["episode/length"] = sum(self.lengths) / len(self.lengths)
+            out["episode/count"] = float(len(self.scores))
+        self.start, self.steps, self.scores, self.lengths = now, 0, [], []
+        return out

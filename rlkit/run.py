@@ -1,0 +1,140 @@
+"""Run orchestration: recipe -> communicator -> Lightning Trainer + ActorCriticModule -> result."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+import warnings
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Iterable
+
+from rlkit.config import RunConfig
+from rlkit.manager import RlkitPluginManager, build_plugin_manager
+from rlkit.recipes import load_recipe, resolve_recipe_path, to_container, to_yaml, validate_options
+from rlkit.runhooks import RunHooks
+from rlkit.runtime import Run
+
+RUN_COMMUNICATOR = "rlkit-run-communicator"
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    agent_steps: int
+    frames: int
+    updates: int
+    score_mean: float | None
+    episodes_in_mean: int
+    seconds: float
+    solved: bool | None
+
+    def summary(self, env_id: str) -> str:
+        score = "no episode finished" if self.score_mean is None else (
+            f"mean raw score over the last {self.episodes_in_mean} episodes = {self.score_mean:.1f}")
+        verdict = "" if self.solved is None else (" (target reached)" if self.solved else " (target NOT reached)")
+        return (f"{env_id}: {score}{verdict} after {self.agent_steps:,} agent steps "
+                f"({self.frames:,} frames, {self.updates:,} updates) in {self.seconds:.0f} s; run in {self.run_dir}")
+
+
+def prepare(recipe_name: str, overrides: Iterable[str], manager: RlkitPluginManager):
+    """Validate everything a run needs before anything is written: recipe, communicator, options."""
+    cfg = load_recipe(recipe_name, overrides)
+    spec = manager.communicator(cfg.communication.name)
+    options = validate_options(spec.options_schema, cfg.communication.options, "communication.options")
+    return cfg, spec, options
+
+
+def train(recipe_name: str, overrides: Iterable[str] = (), manager: RlkitPluginManager | None = None) -> RunResult:
+    manager = manager or build_plugin_manager()
+    cfg, spec, options = prepare(recipe_name, list(overrides), manager)
+    from rlkit.envs import env_spaces
+
+    spaces = env_spaces(cfg.env)  # an unknown env id fails here, before any output is written
+    run = Run(cfg, options, _make_run_dir(cfg, recipe_name), Path(recipe_name).stem)
+    communicator = spec.factory(options, cfg)
+    manager.pm.register(communicator, name=RUN_COMMUNICATOR)
+    hooks = RunHooks(manager, run)
+    error: BaseException | None = None
+    try:
+        hooks.configure()
+        return _fit(run, hooks, spaces)
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        hooks.unconfigure(error)
+        manager.pm.unregister(communicator)
+
+
+def _fit(run: Run, hooks: RunHooks, spaces) -> RunResult:
+    import torch
+
+    from rlkit.module import ActorCriticModule
+    from rlkit.trainer import build_trainer
+
+    cfg = run.recipe
+    torch.set_num_threads(_torch_threads(cfg))
+    torch.manual_seed(cfg.seed)
+    module = ActorCriticModule(cfg, *spaces, hooks=hooks, recipe_dict=to_container(cfg))
+    trainer = build_trainer(run, hooks)
+    start = time.perf_counter()
+    trainer.fit(module)
+    result = _result(run, module, trainer.global_step, time.perf_counter() - start)
+    if trainer.is_global_zero:
+        (run.run_dir / "result.json").write_text(json.dumps(_jsonable(result), indent=2))
+    return result
+
+
+def _result(run: Run, module, updates: int, seconds: float) -> RunResult:
+    scores = list(module.recent_scores)
+    mean = sum(scores) / len(scores) if scores else None
+    target = run.recipe.algo.stop_at_score
+    steps = module.total_agent_steps()
+    solved = None if target is None else bool(mean is not None and len(scores) == module.recent_scores.maxlen
+                                              and mean >= target)
+    return RunResult(run.run_dir, steps, steps * module.frames_per_step, updates, mean, len(scores), seconds, solved)
+
+
+def _jsonable(result: RunResult) -> dict:
+    out = dict(result.__dict__)
+    out["run_dir"] = str(result.run_dir)
+    return out
+
+
+def _torch_threads(cfg: RunConfig) -> int:
+    if cfg.trainer.torch_threads:
+        return cfg.trainer.torch_threads
+    per_host = max(1, cfg.placement.learners // max(1, cfg.trainer.num_nodes))
+    return max(1, (os.cpu_count() or 1) // per_host)
+
+
+def _make_run_dir(cfg: RunConfig, recipe_name: str) -> Path:
+    name = cfg.logging.run_name or f"{Path(recipe_name).stem}-{datetime.now():%Y%m%d-%H%M%S}"
+    run_dir = Path(cfg.logging.root) / name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "recipe.yaml").write_text(to_yaml(cfg))
+    return run_dir
+
+
+def quiet_lightning() -> None:
+    """Lightning's start-up banner lines (GPU available, ...) are noise for a CLI user."""
+    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    # Warnings about choices rlkit makes on purpose (see docs/architecture.md).
+    for pattern in (".*dataloader_iter.*", ".*ModelCheckpoint with manual optimization.*", ".*LeafSpec.*",
+                    ".*does not have many workers.*", ".*`IterableDataset` has `__len__`.*"):
+        warnings.filterwarnings("ignore", message=pattern)
+
+
+def checkpoint_every(cfg: RunConfig) -> int:
+    """Updates between periodic checkpoints."""
+    per_update = cfg.steps_per_update() * cfg.placement.learners
+    return max(1, math.ceil(cfg.checkpoint.every_steps / per_update))
+
+
+__all__ = ["train", "prepare", "RunResult", "resolve_recipe_path", "quiet_lightning"]

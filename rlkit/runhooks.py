@@ -1,0 +1,61 @@
+"""The one caller of the run hooks. Each method shows the fallback used when no plugin answers."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any, Mapping
+
+from rlkit.runtime import Run
+
+if TYPE_CHECKING:
+    from rlkit.manager import RlkitPluginManager
+    from rlkit.module import ActorCriticModule
+
+
+class RunHooks:
+    def __init__(self, manager: "RlkitPluginManager", run: Run):
+        self.hook = manager.hook
+        self.run = run
+
+    def configure(self) -> None:
+        self.hook.rlkit_configure(run=self.run)
+
+    def make_strategy(self) -> Any:
+        return self.hook.rlkit_make_strategy(run=self.run) or "auto"
+
+    def make_rollout_source(self, module: "ActorCriticModule") -> Any:
+        source = self.hook.rlkit_make_rollout_source(run=self.run, module=module)
+        if source is None:
+            from rlkit.rollout import LocalRollout
+
+            source = LocalRollout(self.run.recipe, module.model, module.device, module.env_seed())
+        return source
+
+    def sync_gradients(self, module: "ActorCriticModule") -> bool:
+        return self.hook.rlkit_sync_gradients(run=self.run, module=module) is not None
+
+    def after_optimizer_step(self, module: "ActorCriticModule", update: int) -> None:
+        self.hook.rlkit_after_optimizer_step(run=self.run, module=module, update=update)
+
+    def metrics(self, module: "ActorCriticModule") -> dict[str, float]:
+        merged: dict[str, float] = {}
+        for answer in reversed(self.hook.rlkit_metrics(run=self.run, module=module)):
+            merged.update(answer or {})
+        return merged
+
+    def state_dict(self, module: "ActorCriticModule") -> dict[str, Any]:
+        merged: dict[str, Any] = {}
+        for answer in reversed(self.hook.rlkit_state_dict(run=self.run, module=module)):
+            merged.update(answer or {})
+        return merged
+
+    def load_state_dict(self, module: "ActorCriticModule", state: Mapping[str, Any]) -> None:
+        self.hook.rlkit_load_state_dict(run=self.run, module=module, state=state)
+
+    def unconfigure(self, error: BaseException | None) -> None:
+        """Every implementation runs, even when an earlier one raises."""
+        for impl in reversed(self.hook.rlkit_unconfigure.get_hookimpls()):
+            try:
+                impl.function(run=self.run, error=error)
+            except Exception as exc:
+                print(f"rlkit: warning: {impl.plugin_name}.rlkit_unconfigure failed: {exc!r}", file=sys.stderr)

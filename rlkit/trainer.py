@@ -1,0 +1,86 @@
+"""The Lightning Trainer of a run: loggers, checkpoints, progress bar, strategy from the hooks."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint, RichProgressBar
+
+from rlkit.recipes import to_container
+from rlkit.runhooks import RunHooks
+from rlkit.runtime import Run
+
+
+def build_trainer(run: Run, hooks: RunHooks) -> pl.Trainer:
+    from rlkit.run import checkpoint_every, quiet_lightning
+
+    quiet_lightning()
+    cfg = run.recipe
+    t = cfg.trainer
+    callbacks: list[Callback] = [
+        ModelCheckpoint(dirpath=run.checkpoint_dir, filename="update-{step}",
+                        auto_insert_metric_name=False, every_n_train_steps=checkpoint_every(cfg),
+                        monitor="step", mode="max", save_top_k=cfg.checkpoint.keep),
+        FinalCheckpoint(run.checkpoint_dir),
+    ]
+    if t.progress_bar:
+        callbacks.append(RichProgressBar(leave=True))
+    return pl.Trainer(
+        accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes, precision=t.precision,
+        strategy=hooks.make_strategy(), max_steps=cfg.updates_per_learner(), max_epochs=-1,
+        logger=build_loggers(run), callbacks=callbacks, log_every_n_steps=1,
+        enable_progress_bar=t.progress_bar, enable_model_summary=False, num_sanity_val_steps=0,
+        use_distributed_sampler=False, default_root_dir=str(run.run_dir), benchmark=False)
+
+
+class FinalCheckpoint(Callback):
+    """``last.ckpt`` at the end of training, and ``interrupted.ckpt`` on Ctrl-C."""
+
+    def __init__(self, dirpath: Path):
+        self.dirpath = Path(dirpath)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        trainer.save_checkpoint(self.dirpath / "last.ckpt")
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        if isinstance(exception, KeyboardInterrupt):
+            trainer.save_checkpoint(self.dirpath / "interrupted.ckpt")
+
+
+def wandb_mode(configured: str) -> str:
+    """The recipe says offline by default; WANDB_MODE=online in the environment opts in too."""
+    env = os.environ.get("WANDB_MODE", "").lower()
+    if configured == "disabled" or env in ("disabled", "off"):
+        return "disabled"
+    return "online" if "online" in (configured, env) else "offline"
+
+
+def build_loggers(run: Run) -> list:
+    from lightning.pytorch.loggers import CSVLogger
+
+    cfg = run.recipe
+    log = cfg.logging
+    loggers: list = []
+    backends = list(log.backends)
+    if "csv" in backends:
+        loggers.append(CSVLogger(save_dir=str(run.run_dir), name="csv", version=""))
+    if "tensorboard" in backends:
+        from lightning.pytorch.loggers import TensorBoardLogger
+
+        loggers.append(TensorBoardLogger(save_dir=str(run.run_dir), name="tensorboard", version=""))
+    if "wandb" in backends and wandb_mode(log.wandb_mode) != "disabled":
+        from lightning.pytorch.loggers import WandbLogger
+
+        mode = wandb_mode(log.wandb_mode)
+        loggers.append(WandbLogger(name=run.run_dir.name, project=log.project, save_dir=str(run.run_dir),
+                                   offline=mode == "offline", config=to_container(cfg),
+                                   settings=_wandb_settings()))
+    return loggers
+
+
+def _wandb_settings():
+    import wandb
+
+    return wandb.Settings(silent=True, console="off", x_disable_stats=True)
