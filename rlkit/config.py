@@ -82,7 +82,7 @@ class TrainerConfig:
     accelerator: str = opt("cpu", "Lightning accelerator", choices=("cpu", "gpu", "cuda", "auto"))
     devices: int = opt(1, "devices per node", ge=1)
     num_nodes: int = opt(1, "nodes (hosts) of a multi-node run", ge=1)
-    precision: str = opt("32-true", "Lightning precision", choices=("32-true", "16-mixed", "bf16-mixed"))
+    precision: str = opt("32-true", "Lightning precision", choices=("32-true", "bf16-mixed"))
     torch_threads: int = opt(0, "torch intra-op threads per learner (0 = cores / learners on this host)", ge=0)
     log_every_n_updates: int = opt(20, "log metrics every this many updates", ge=1)
     progress_bar: bool = opt(True, "show the rich progress bar")
@@ -91,7 +91,7 @@ class TrainerConfig:
 @dataclass
 class PlacementConfig:
     learners: int = opt(1, "learner processes (each with its own envs, model and optimizer)", ge=1)
-    learners_per_device: int = opt(1, "learners sharing one accelerator device", ge=1)
+    learners_per_device: int = opt(1, "learners sharing one accelerator device (multi-learner communicators)", ge=1)
 
 
 @dataclass

@@ -115,7 +115,7 @@ def rlkit_metrics(run: "Run", module: "ActorCriticModule") -> Mapping[str, float
 
     All answers are merged (a later plugin's key wins). When nobody answers: no extra metrics.
 
-    Called on: every learner process, at the log interval (``trainer.log_every_n_updates``);
+    Called on: every learner process, after update 1 and then every ``trainer.log_every_n_updates``;
     only rank 0's values reach the loggers unless the metric is reduced by the plugin.
     """
 
@@ -125,7 +125,7 @@ def rlkit_state_dict(run: "Run", module: "ActorCriticModule") -> Mapping[str, An
     """Return the protocol state a resumed run needs (counters, mixing weights), made of tensors
     and plain Python containers only (checkpoints are loaded weights-only).
 
-    All answers are merged into the checkpoint under ``"rlkit_plugins"``.
+    All answers are merged into the checkpoint under ``checkpoint["rlkit"]["plugins"]``.
 
     Called on: every learner process, whenever Lightning writes a checkpoint.
     """

@@ -55,13 +55,14 @@ def train(recipe_name: str, overrides: Iterable[str] = (), manager: RlkitPluginM
     from rlkit.envs import env_spaces
 
     spaces = env_spaces(cfg.env)  # an unknown env id fails here, before any output is written
-    run = Run(cfg, options, _make_run_dir(cfg, recipe_name), Path(recipe_name).stem)
+    run = Run(cfg, options, _run_dir(cfg, recipe_name), Path(recipe_name).stem)
     communicator = spec.factory(options, cfg)
     manager.pm.register(communicator, name=RUN_COMMUNICATOR)
     hooks = RunHooks(manager, run)
     error: BaseException | None = None
     try:
-        hooks.configure()
+        hooks.configure()  # may still refuse the recipe: nothing is written before it agrees
+        _write_run_dir(run)
         return _fit(run, hooks, spaces)
     except BaseException as exc:
         error = exc
@@ -83,11 +84,24 @@ def _fit(run: Run, hooks: RunHooks, spaces) -> RunResult:
     module = ActorCriticModule(cfg, *spaces, hooks=hooks, recipe_dict=to_container(cfg))
     trainer = build_trainer(run, hooks)
     start = time.perf_counter()
-    trainer.fit(module)
+    try:
+        trainer.fit(module)
+    finally:
+        _finish_loggers(trainer)
     result = _result(run, module, trainer.global_step, time.perf_counter() - start)
     if trainer.is_global_zero:
         (run.run_dir / "result.json").write_text(json.dumps(_jsonable(result), indent=2))
     return result
+
+
+def _finish_loggers(trainer) -> None:
+    """Close the W&B run now (Lightning leaves it to interpreter exit): its last row is written and
+    its service process stops with the run."""
+    from lightning.pytorch.loggers import WandbLogger
+
+    for logger in trainer.loggers:
+        if isinstance(logger, WandbLogger) and logger._experiment is not None:
+            logger.experiment.finish()
 
 
 def _result(run: Run, module, updates: int, seconds: float) -> RunResult:
@@ -113,12 +127,14 @@ def _torch_threads(cfg: RunConfig) -> int:
     return max(1, (os.cpu_count() or 1) // per_host)
 
 
-def _make_run_dir(cfg: RunConfig, recipe_name: str) -> Path:
+def _run_dir(cfg: RunConfig, recipe_name: str) -> Path:
     name = cfg.logging.run_name or f"{Path(recipe_name).stem}-{datetime.now():%Y%m%d-%H%M%S}"
-    run_dir = Path(cfg.logging.root) / name
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "recipe.yaml").write_text(to_yaml(cfg))
-    return run_dir
+    return Path(cfg.logging.root) / name
+
+
+def _write_run_dir(run: Run) -> None:
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    (run.run_dir / "recipe.yaml").write_text(to_yaml(run.recipe))
 
 
 def quiet_lightning() -> None:

@@ -32,8 +32,11 @@ class LocalCommunicator:
     def rlkit_make_strategy(self, run):
         from lightning.pytorch.strategies import SingleDeviceStrategy
 
+        import torch
+
         accelerator = run.recipe.trainer.accelerator
-        device = "cpu" if accelerator == "cpu" else "cuda:0"
+        use_cuda = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+        device = "cuda:0" if use_cuda else "cpu"
         return SingleDeviceStrategy(device=device)
 
 

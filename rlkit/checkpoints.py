@@ -1,0 +1,35 @@
+"""Reading checkpoints safely: weights-only loading, so a checkpoint can never execute code."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any
+
+from rlkit.errors import UserError
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """The checkpoint dict; a UserError for a missing file, a non-checkpoint or a pickle payload."""
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"checkpoint not found: {path}")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        reason = str(exc).splitlines()[0][:200]
+        raise UserError(f"checkpoint {path}: refused by weights-only loading ({reason})") from None
+    except Exception as exc:  # truncated file, not a zip/pickle at all, ...
+        raise UserError(f"checkpoint {path}: not a readable torch checkpoint ({type(exc).__name__})") from None
+    if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "recipe" not in ckpt.get("hyper_parameters", {}):
+        raise UserError(f"checkpoint {path}: not an rlkit checkpoint (no state_dict / recipe)")
+    return ckpt
+
+
+def recipe_of(ckpt: dict[str, Any]):
+    """The validated RunConfig stored in a checkpoint."""
+    from rlkit.recipes import build_config
+
+    return build_config(dict(ckpt["hyper_parameters"]["recipe"]), [])

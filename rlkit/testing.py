@@ -1,0 +1,183 @@
+"""Helpers for testing rlkit and its plugins: a hook recorder and a conformance test class.
+
+A plugin's test module subclasses :class:`CommunicatorConformance`, sets ``communicator`` (and,
+if needed, ``overrides``), and pytest collects the inherited tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+from rlkit.plugin import hookimpl
+
+QUICK_RECIPE = "a2c-cartpole-local"
+
+
+class RecordingPlugin:
+    """Records every run hook call, in order; answers none of them (defaults stay in force).
+
+    Its hooks run first, so it sees firstresult hooks even when a later plugin answers them."""
+
+    def __init__(self):
+        self.calls: list[str] = []
+
+    def _record(self, name: str) -> None:
+        self.calls.append(name)
+
+    @hookimpl(tryfirst=True)
+    def rlkit_configure(self, run):
+        self._record("rlkit_configure")
+
+    @hookimpl(tryfirst=True)
+    def rlkit_make_strategy(self, run):
+        self._record("rlkit_make_strategy")
+
+    @hookimpl(tryfirst=True)
+    def rlkit_make_rollout_source(self, run, module):
+        self._record("rlkit_make_rollout_source")
+
+    @hookimpl(tryfirst=True)
+    def rlkit_sync_gradients(self, run, module):
+        self._record("rlkit_sync_gradients")
+
+    @hookimpl(tryfirst=True)
+    def rlkit_after_optimizer_step(self, run, module, update):
+        self._record("rlkit_after_optimizer_step")
+
+    @hookimpl(tryfirst=True)
+    def rlkit_metrics(self, run, module):
+        self._record("rlkit_metrics")
+        return {}
+
+    @hookimpl(tryfirst=True)
+    def rlkit_state_dict(self, run, module):
+        self._record("rlkit_state_dict")
+        return {}
+
+    @hookimpl(tryfirst=True)
+    def rlkit_load_state_dict(self, run, module, state):
+        self._record("rlkit_load_state_dict")
+
+    @hookimpl(tryfirst=True)
+    def rlkit_unconfigure(self, run, error):
+        self._record("rlkit_unconfigure")
+
+    def compressed(self) -> list[str]:
+        """Calls with consecutive repeats of the same per-update pattern folded: handy to pin."""
+        out: list[str] = []
+        for name in self.calls:
+            if not out or out[-1] != name:
+                out.append(name)
+        return out
+
+
+def child_pids(pid: int | None = None) -> set[int]:
+    """Live child processes of ``pid`` (default: this process), read from /proc."""
+    pid = os.getpid() if pid is None else pid
+    children = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            children.add(int(entry.name))
+    return children
+
+
+def quick_overrides(tmp_path: Path, steps: int = 2000) -> list[str]:
+    return [f"algo.total_steps={steps}", "trainer.progress_bar=false", "logging.backends=[csv]",
+            f"logging.root={tmp_path}", "logging.run_name=conformance", "trainer.log_every_n_updates=10"]
+
+
+class CommunicatorConformance:
+    """What every communicator must do. Subclass it in a test module and set ``communicator``."""
+
+    communicator: str = ""
+    recipe: str = QUICK_RECIPE
+    overrides: tuple[str, ...] = ()
+
+    def _args(self, tmp_path: Path) -> list[str]:
+        return [f"communication.name={self.communicator}", *quick_overrides(tmp_path), *self.overrides]
+
+    def test_discovered_through_entry_points(self):
+        from rlkit.manager import build_plugin_manager
+
+        spec = build_plugin_manager().communicator(self.communicator)
+        assert spec.name == self.communicator and spec.summary
+
+    def test_default_options_validate(self):
+        from rlkit.manager import build_plugin_manager
+        from rlkit.recipes import validate_options
+
+        spec = build_plugin_manager().communicator(self.communicator)
+        options = validate_options(spec.options_schema, {}, "communication.options")
+        assert dataclasses.is_dataclass(options)
+
+    def test_unknown_option_is_refused(self):
+        import pytest
+
+        from rlkit.errors import UserError
+        from rlkit.run import prepare
+        from rlkit.manager import build_plugin_manager
+
+        with pytest.raises(UserError, match="communication.options.no_such_option"):
+            prepare(self.recipe, [f"communication.name={self.communicator}", "communication.options.no_such_option=1",
+                                  *self.overrides], build_plugin_manager())
+
+    def test_short_run_trains_checkpoints_and_shuts_down(self, tmp_path):
+        from rlkit.manager import build_plugin_manager
+        from rlkit.run import train
+
+        before = child_pids()
+        recorder = RecordingPlugin()
+        manager = build_plugin_manager()
+        manager.pm.register(recorder, name="recorder")
+        result = train(self.recipe, self._args(tmp_path), manager)
+        assert result.agent_steps >= 2000 and result.updates > 0
+        assert (result.run_dir / "checkpoints" / "last.ckpt").is_file()
+        assert recorder.calls[0] == "rlkit_configure" and recorder.calls[-1] == "rlkit_unconfigure"
+        assert child_pids() <= before, "the run left child processes behind"
+        self.check_run(result)
+
+    def check_run(self, result: Any) -> None:
+        """Protocol-specific assertions on a finished short run; override in a subclass."""
+
+
+def read_wandb_history(run_file: str | Path) -> list[dict[str, Any]]:
+    """The history rows of an offline W&B run file (``run-<id>.wandb``).
+
+    The file is a LevelDB-style log (32 KiB blocks; records of checksum, length, type) after a
+    7-byte ``:W&B`` header, holding serialized ``wandb_internal_pb2.Record`` messages.
+    """
+    import json
+    import struct
+
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = Path(run_file).read_bytes()
+    if data[:4] != b":W&B":
+        raise ValueError(f"{run_file}: not a W&B run file")
+    block, pos, pending, rows = 32768, 7, b"", []
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:  # the rest of a block too small for a header is padding
+            pos += block - pos % block
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        chunk = data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind == 0 and length == 0:
+            continue
+        pending = chunk if kind in (1, 2) else pending + chunk
+        if kind in (1, 4):
+            record = pb.Record()
+            record.ParseFromString(pending)
+            if record.WhichOneof("record_type") == "history":
+                rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                             for item in record.history.item})
+    return rows

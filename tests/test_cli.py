@@ -1,0 +1,61 @@
+"""The CLI as a user meets it: one-line errors with exit code 2, and the listing commands."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+RECIPE = "a2c-cartpole-local"
+
+
+def rlkit(*args, cwd=None, timeout=120):
+    env = dict(os.environ, WANDB_MODE="offline")
+    return subprocess.run([sys.executable, "-m", "rlkit.cli", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=timeout, env=env)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["run", RECIPE, "algo.lrr=1"], "algo.lrr: unknown key 'lrr'"),
+    (["run", RECIPE, "algo.lr=abc"], "algo.lr: 'abc' is not a valid float"),
+    (["run", "missing/recipe.yaml"], "recipe file not found: missing/recipe.yaml"),
+    (["run", "no-such-recipe"], "unknown recipe 'no-such-recipe'; give a YAML path or one of:"),
+    (["run", RECIPE, "env.id=NoSuchEnv-v0"], "env.id: unknown environment 'NoSuchEnv-v0'"),
+    (["run", RECIPE, "env.id=ALE/NoSuchGame-v5"], "env.id: unknown Atari game 'ALE/NoSuchGame-v5'"),
+    (["run", RECIPE, "communication.name=carrier-pigeon"], "unknown communicator 'carrier-pigeon'; choose one of:"),
+    (["run", RECIPE, "algo.lr=-0.1"], "algo.lr: -0.1 is not allowed; must be > 0"),
+    (["run", RECIPE, "env.num_envs=0"], "env.num_envs: 0 is not allowed; must be >= 1"),
+    (["run", RECIPE, "placement.learners=2"], "placement.learners: 2 is not allowed with the local communicator"),
+    (["show", RECIPE, "communication.options.x=1"], "communication.options.x: unknown key 'x'"),
+    (["evaluate", "nope.ckpt"], "checkpoint not found: nope.ckpt"),
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
+    (["plot", "no-such-run"], "no csv/metrics.csv"),
+])
+def test_bad_input_is_one_line_exit_2_no_traceback(args, needle, tmp_path):
+    out = rlkit(*args, cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, out.stderr
+    assert needle in lines[0] and "Traceback" not in out.stderr
+    assert not (tmp_path / "runs").exists(), "bad input must not leave a half-written run folder"
+
+
+def test_plugins_lists_local_with_distribution():
+    out = rlkit("plugins")
+    assert out.returncode == 0
+    assert any(line.split()[:3] == ["local", "rlkit", "0.1.0"] for line in out.stdout.splitlines())
+
+
+def test_recipes_lists_bundled():
+    out = rlkit("recipes")
+    assert out.returncode == 0 and "a2c-pong-local" in out.stdout and "ALE/Pong-v5" in out.stdout
+
+
+def test_show_prints_merged_recipe_without_heavy_imports():
+    code = ("import sys; from rlkit.cli import main; rc = main(['show', 'a2c-pong-local', 'algo.lr=0.001']);"
+            "heavy = [m for m in ('torch', 'wandb', 'ale_py', 'lightning') if m in sys.modules];"
+            "print('HEAVY', heavy); sys.exit(rc)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "lr: 0.001" in out.stdout and "id: ALE/Pong-v5" in out.stdout
+    assert "HEAVY []" in out.stdout

@@ -1,0 +1,5 @@
+from rlkit.testing import CommunicatorConformance
+
+
+class TestLocalConformance(CommunicatorConformance):
+    communicator = "local"

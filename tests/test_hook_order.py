@@ -1,0 +1,25 @@
+"""The exact order of run hooks in one short fit, pinned by a recording plugin."""
+
+from rlkit.manager import build_plugin_manager
+from rlkit.run import train
+from rlkit.testing import RecordingPlugin
+
+PER_UPDATE = ["rlkit_sync_gradients", "rlkit_after_optimizer_step"]
+
+
+def test_hook_order_of_a_short_fit(tmp_path):
+    recorder = RecordingPlugin()
+    manager = build_plugin_manager()
+    manager.pm.register(recorder, name="recorder")
+    # 8 envs x 5 steps = 40 agent steps per update; 4 updates; metrics at updates 1 and 2, 4.
+    train("a2c-cartpole-local", ["algo.total_steps=160", "trainer.log_every_n_updates=2",
+                                 "trainer.progress_bar=false", "logging.backends=[csv]",
+                                 f"logging.root={tmp_path}", "logging.run_name=order"], manager)
+    expected = (["rlkit_configure", "rlkit_make_strategy", "rlkit_make_rollout_source"]
+                + PER_UPDATE + ["rlkit_metrics"]          # update 1
+                + PER_UPDATE + ["rlkit_metrics"]          # update 2
+                + PER_UPDATE                              # update 3
+                + PER_UPDATE + ["rlkit_metrics"]          # update 4
+                + ["rlkit_state_dict"]                    # last.ckpt at the end of training
+                + ["rlkit_unconfigure"])
+    assert recorder.calls == expected

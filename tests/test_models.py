@@ -1,0 +1,34 @@
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from rlkit.config import ModelConfig
+from rlkit.models import ActorCritic
+
+
+def test_nature_cnn_on_uint8_frames():
+    obs_space = spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    model = ActorCritic(obs_space, spaces.Discrete(6), ModelConfig())
+    obs = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
+    actions, values = model.act(obs)
+    assert actions.shape == (3,) and values.shape == (3,) and actions.max() < 6
+    ev = model.evaluate(obs, actions)
+    assert ev.log_probs.shape == (3,) and torch.all(ev.log_probs <= 0)
+    # orthogonal init with a small policy gain: the initial policy is near uniform
+    assert torch.allclose(ev.entropy, torch.full((3,), float(np.log(6))), atol=0.05)
+
+
+def test_gaussian_head_for_box_actions_is_clipped_to_bounds():
+    model = ActorCritic(spaces.Box(-1, 1, (3,), np.float32), spaces.Box(-2, 2, (2,), np.float32),
+                        ModelConfig(log_std_init=2.0))
+    obs = torch.zeros(64, 3)
+    actions, _ = model.act(obs)
+    env_actions = model.env_actions(actions)
+    assert env_actions.shape == (64, 2) and np.all(np.abs(env_actions) <= 2)
+    ev = model.evaluate(obs, actions)
+    assert ev.log_probs.shape == (64,) and ev.entropy.shape == (64,)
+
+
+def test_separate_mlp_bodies_when_not_shared():
+    model = ActorCritic(spaces.Box(-1, 1, (4,), np.float32), spaces.Discrete(2), ModelConfig(shared=False))
+    assert model.value_body is not None

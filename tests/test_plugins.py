@@ -1,0 +1,87 @@
+"""Entry-point discovery through fake installed distributions (a *.dist-info folder on sys.path)."""
+
+import importlib
+import sys
+import textwrap
+
+import pytest
+
+from rlkit.errors import UserError
+from rlkit.manager import build_plugin_manager
+
+GOOD = '''
+from dataclasses import dataclass
+from rlkit.plugin import CommunicatorSpec, hookimpl
+
+@dataclass
+class Options:
+    pass
+
+@hookimpl
+def rlkit_communicators():
+    return [CommunicatorSpec(name="{name}", factory=lambda o, r: object(), options_schema=Options,
+                             summary="fake {name}")]
+'''
+
+
+def install_fake(root, dist, module, source, entry_name):
+    (root / f"{module}.py").write_text(textwrap.dedent(source))
+    info = root / f"{dist.replace('-', '_')}-1.2.3.dist-info"  # as pip names it
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.2.3\n")
+    (info / "entry_points.txt").write_text(f"[rlkit]\n{entry_name} = {module}\n")
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    importlib.invalidate_caches()
+    for name in [m for m in sys.modules if m.startswith("fake_rlkit_")]:
+        del sys.modules[name]
+
+
+def test_builtin_local_is_found_through_its_entry_point():
+    manager = build_plugin_manager()
+    entries = manager.communicators()["local"]
+    assert [e.plugin.distribution for e in entries] == ["rlkit"]
+
+
+def test_third_party_plugin_is_discovered_with_its_distribution(site):
+    install_fake(site, "fake-good", "fake_rlkit_good", GOOD.format(name="fakecomm"), "fakecomm")
+    manager = build_plugin_manager()
+    (entry,) = manager.communicators()["fakecomm"]
+    assert (entry.plugin.distribution, entry.plugin.version, entry.spec.summary) == ("fake-good", "1.2.3",
+                                                                                      "fake fakecomm")
+    assert manager.communicator("fakecomm").name == "fakecomm"
+
+
+def test_plugin_that_fails_to_import_is_reported_and_skipped(site, capsys):
+    install_fake(site, "fake-broken", "fake_rlkit_broken", "raise ImportError('no such thing')\n", "broken")
+    manager = build_plugin_manager()
+    assert "local" in manager.communicators()
+    err = capsys.readouterr().err
+    assert "plugin 'broken' from 'fake-broken' failed to load: ImportError: no such thing (skipped)" in err
+
+
+def test_duplicate_communicator_name_is_an_error_naming_both(site):
+    install_fake(site, "fake-one", "fake_rlkit_one", GOOD.format(name="twin"), "one")
+    install_fake(site, "fake-two", "fake_rlkit_two", GOOD.format(name="twin"), "two")
+    manager = build_plugin_manager()
+    with pytest.raises(UserError, match="'twin' is provided by both 'fake-(one|two)' and 'fake-(one|two)'"):
+        manager.communicator("twin")
+
+
+def test_unknown_communicator_lists_the_choices():
+    with pytest.raises(UserError, match="unknown communicator 'nope'; choose one of: .*local"):
+        build_plugin_manager().communicator("nope")
+
+
+def test_core_never_names_a_builtin_plugin():
+    from pathlib import Path
+
+    import rlkit
+
+    core = Path(rlkit.__file__).parent
+    offenders = [p.name for p in core.glob("*.py") if "rlkit_local" in p.read_text()]
+    assert offenders == []
