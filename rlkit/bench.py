@@ -98,12 +98,12 @@ def _network_ms(cfg, device: str, updates: int) -> tuple[float, float]:
     opt = torch.optim.RMSprop(module.parameters(), lr=cfg.algo.lr, alpha=cfg.algo.alpha, eps=cfg.algo.eps)
     T, N = cfg.algo.rollout_len, cfg.env.num_envs
     rng = np.random.default_rng(0)
-    obs = torch.as_tensor(np.stack([obs_space.sample() for _ in range(T * N)]), device=device)
-    obs = obs.reshape(T, N, *obs_space.shape)
+    obs = torch.as_tensor(np.stack([obs_space.sample() for _ in range((T + 1) * N)]), device=device)
+    obs = obs.reshape(T + 1, N, *obs_space.shape)
     act_s = _timed(lambda: module.model.act(obs[0]), updates * T, device)
     actions = torch.as_tensor(rng.integers(0, action_space.n, (T, N)), device=device)
     zeros = torch.zeros((T, N), device=device)
-    batch = Batch(obs, actions, zeros + 1.0, zeros, obs[-1], T * N)
+    batch = Batch(obs, actions, zeros + 1.0, zeros, T * N)
 
     def update():
         loss = module.compute_loss(batch).total

@@ -93,7 +93,7 @@ class ActorCritic(nn.Module):
             return Categorical(logits=head)
         return Normal(head, self.log_std.exp().expand_as(head))
 
-    @torch.no_grad()
+    @torch.no_grad()  # not inference_mode: callers may score the sampled actions with autograd
     def act(self, obs: torch.Tensor, greedy: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """(actions, values) for a batch of observations, without gradients."""
         head, values = self(obs)

@@ -92,18 +92,17 @@ class ActorCriticModule(pl.LightningModule):
         self._maybe_stop()
 
     def compute_loss(self, batch: Batch):
-        """One forward pass over the rollout and s_T: the values of s_0..s_{T-1} are the critic's
-        predictions, that of s_T (detached) is the bootstrap. Acting needed no values, so the
-        rollout does one forward pass per step and no extra one for the bootstrap."""
+        """One forward pass over s_0..s_T: the values of s_0..s_{T-1} are the critic's predictions,
+        that of s_T (detached) is the bootstrap. Acting needs no values, so the rollout does one
+        forward pass per step and no extra one for the bootstrap."""
         a = self.recipe.algo
         T, N = batch.rewards.shape
-        flat_obs = torch.cat([batch.obs.reshape(T * N, *batch.obs.shape[2:]), batch.last_obs])
+        head, all_values = self.model(batch.obs.reshape((T + 1) * N, *batch.obs.shape[2:]))
         flat_actions = batch.actions.reshape(T * N, *batch.actions.shape[2:])
-        head, all_values = self.model(flat_obs)
         ev = self.model.evaluate_head(head[: T * N], all_values[: T * N], flat_actions, a.log_prob_floor)
-        values = all_values.detach()
-        returns, advantages = returns_and_advantages(batch.rewards, values[: T * N].reshape(T, N), batch.dones,
-                                                     values[T * N:], a.gamma, a.gae_lambda)
+        values = all_values.detach().reshape(T + 1, N)
+        returns, advantages = returns_and_advantages(batch.rewards, values[:T], batch.dones, values[T],
+                                                     a.gamma, a.gae_lambda)
         if a.normalize_advantages:
             advantages = normalize(advantages)
         return a2c_loss(ev.log_probs, ev.entropy, ev.values, returns.reshape(-1),

@@ -18,13 +18,12 @@ from rlkit.models import ActorCritic
 
 @dataclass
 class Batch:
-    """``rollout_len`` steps of ``num_envs`` envs; time-major tensors [T, N, ...]."""
+    """``rollout_len`` (T) steps of ``num_envs`` (N) envs; time-major tensors."""
 
-    obs: torch.Tensor
-    actions: torch.Tensor
-    rewards: torch.Tensor  # what the learner learns on (clipped if the recipe says so)
-    dones: torch.Tensor
-    last_obs: torch.Tensor  # s_T [N, ...]: its value, from the training pass, is the bootstrap
+    obs: torch.Tensor  # [T + 1, N, ...]: s_0 .. s_T; the value of s_T is the bootstrap
+    actions: torch.Tensor  # [T, N, ...]
+    rewards: torch.Tensor  # [T, N], what the learner learns on (clipped if the recipe says so)
+    dones: torch.Tensor  # [T, N]
     steps: int  # agent steps in this batch
     scores: list = field(default_factory=list)  # raw scores of episodes that ended in the batch
     lengths: list = field(default_factory=list)
@@ -56,37 +55,36 @@ class LocalRollout:
         obs, _ = self.env.reset(seed=seed)
         self.obs = torch.as_tensor(obs, device=device)
         self.tracker = EpisodeTracker(self.env.num_envs)
-        T, N = recipe.algo.rollout_len, self.env.num_envs
-        self.buf_obs = torch.empty((T, N, *self.obs.shape[1:]), dtype=self.obs.dtype, device=device)
-        action_shape = self.env.single_action_space.shape or ()
-        self.buf_actions = torch.empty((T, N, *action_shape), device=device,
-                                       dtype=torch.long if model.discrete else torch.float32)
+        self.action_shape = (self.env.num_envs, *(self.env.single_action_space.shape or ()))
+        self.action_dtype = torch.long if model.discrete else torch.float32
 
     def __iter__(self):
         while True:
             yield self.collect()
 
     def collect(self) -> Batch:
-        T, N = self.buf_obs.shape[:2]
-        rewards = torch.empty((T, N), device=self.device)
-        dones = torch.empty((T, N), device=self.device)
+        T, N = self.recipe.algo.rollout_len, self.env.num_envs
+        obs_buf = torch.empty((T + 1, N, *self.obs.shape[1:]), dtype=self.obs.dtype, device=self.device)
+        actions_buf = torch.empty((T, *self.action_shape), dtype=self.action_dtype, device=self.device)
+        rewards = np.empty((T, N), dtype=np.float32)
+        dones = np.empty((T, N), dtype=np.float32)
         scores, lengths = [], []
+        obs_buf[0] = self.obs
         for t in range(T):
-            self.buf_obs[t] = self.obs
-            actions, _ = self.model.act(self.obs)
-            self.buf_actions[t] = actions
+            actions, _ = self.model.act(obs_buf[t])
+            actions_buf[t] = actions
             obs, reward, terminated, truncated, info = self.env.step(self.model.env_actions(actions))
             done = np.logical_or(terminated, truncated)
             ended_scores, ended_lengths = self.tracker.step(reward, done)
             scores += ended_scores
             lengths += ended_lengths
             learn_reward = np.sign(reward) if self.recipe.algo.clip_rewards else reward
-            learn_reward = self._bootstrap_truncated(learn_reward, terminated, truncated, info)
-            rewards[t] = torch.as_tensor(learn_reward, dtype=torch.float32, device=self.device)
-            dones[t] = torch.as_tensor(done, dtype=torch.float32, device=self.device)
-            self.obs = torch.as_tensor(obs, device=self.device)
-        return Batch(self.buf_obs.clone(), self.buf_actions.clone(), rewards, dones, self.obs.clone(),
-                     T * N, scores, lengths)
+            rewards[t] = self._bootstrap_truncated(learn_reward, terminated, truncated, info)
+            dones[t] = done
+            obs_buf[t + 1] = torch.from_numpy(obs)
+        self.obs = obs_buf[T]
+        return Batch(obs_buf, actions_buf, torch.from_numpy(rewards).to(self.device),
+                     torch.from_numpy(dones).to(self.device), T * N, scores, lengths)
 
     def _bootstrap_truncated(self, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
                              info: dict) -> np.ndarray:
