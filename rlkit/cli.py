@@ -65,7 +65,8 @@ def _run(args) -> int:
     from rlkit.run import train
 
     result = train(args.recipe, args.overrides)
-    print(result.summary(_env_id(result.run_dir)))
+    if result.is_global_zero:  # one summary per run, not per learner process
+        print(result.summary(_env_id(result.run_dir)))
     return 0
 
 

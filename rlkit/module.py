@@ -150,9 +150,12 @@ class ActorCriticModule(pl.LightningModule):
 
     def _maybe_stop(self) -> None:
         target = self.recipe.algo.stop_at_score
+        if target is None:
+            return
         full = len(self.recent_scores) == self.recent_scores.maxlen
-        if target is not None and full and sum(self.recent_scores) / len(self.recent_scores) >= target:
-            self.trainer.should_stop = True
+        reached = full and sum(self.recent_scores) / len(self.recent_scores) >= target
+        # every learner must stop at the same update, or the others wait in a collective
+        self.trainer.should_stop = self.trainer.strategy.reduce_boolean_decision(reached, all=False)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["rlkit"] = {"agent_steps": self.agent_steps, "recent_scores": list(self.recent_scores),

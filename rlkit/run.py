@@ -20,6 +20,7 @@ from rlkit.runhooks import RunHooks
 from rlkit.runtime import Run
 
 RUN_COMMUNICATOR = "rlkit-run-communicator"
+RUN_DIR_ENV = "RLKIT_RUN_DIR"
 
 
 @dataclass
@@ -32,6 +33,7 @@ class RunResult:
     episodes_in_mean: int
     seconds: float
     solved: bool | None
+    is_global_zero: bool = True
 
     def summary(self, env_id: str) -> str:
         score = "no episode finished" if self.score_mean is None else (
@@ -60,6 +62,8 @@ def train(recipe_name: str, overrides: Iterable[str] = (), manager: RlkitPluginM
     manager.pm.register(communicator, name=RUN_COMMUNICATOR)
     hooks = RunHooks(manager, run)
     error: BaseException | None = None
+    owns_env = RUN_DIR_ENV not in os.environ
+    os.environ[RUN_DIR_ENV] = str(run.run_dir)
     try:
         hooks.configure()  # may still refuse the recipe: nothing is written before it agrees
         _write_run_dir(run)
@@ -70,6 +74,8 @@ def train(recipe_name: str, overrides: Iterable[str] = (), manager: RlkitPluginM
     finally:
         hooks.unconfigure(error)
         manager.pm.unregister(communicator)
+        if owns_env:
+            os.environ.pop(RUN_DIR_ENV, None)
 
 
 def _fit(run: Run, hooks: RunHooks, spaces) -> RunResult:
@@ -89,6 +95,7 @@ def _fit(run: Run, hooks: RunHooks, spaces) -> RunResult:
     finally:
         _finish_loggers(trainer)
     result = _result(run, module, trainer.global_step, time.perf_counter() - start)
+    result.is_global_zero = trainer.is_global_zero
     if trainer.is_global_zero:
         (run.run_dir / "result.json").write_text(json.dumps(_jsonable(result), indent=2))
     return result
@@ -128,6 +135,10 @@ def _torch_threads(cfg: RunConfig) -> int:
 
 
 def _run_dir(cfg: RunConfig, recipe_name: str) -> Path:
+    """Launched learner processes inherit RUN_DIR_ENV, so all ranks of a run share one folder."""
+    inherited = os.environ.get(RUN_DIR_ENV)
+    if inherited:
+        return Path(inherited)
     name = cfg.logging.run_name or f"{Path(recipe_name).stem}-{datetime.now():%Y%m%d-%H%M%S}"
     return Path(cfg.logging.root) / name
 

@@ -90,6 +90,20 @@ def child_pids(pid: int | None = None) -> set[int]:
     return children
 
 
+def processes_of_run(run_dir: Path) -> list[int]:
+    """Pids of live processes started for the run in ``run_dir`` (they carry RLKIT_RUN_DIR)."""
+    marker = f"RLKIT_RUN_DIR={run_dir}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker in (entry / "environ").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
 def quick_overrides(tmp_path: Path, steps: int = 2000) -> list[str]:
     return [f"algo.total_steps={steps}", "trainer.progress_bar=false", "logging.backends=[csv]",
             f"logging.root={tmp_path}", "logging.run_name=conformance", "trainer.log_every_n_updates=10"]
@@ -101,6 +115,7 @@ class CommunicatorConformance:
     communicator: str = ""
     recipe: str = QUICK_RECIPE
     overrides: tuple[str, ...] = ()
+    in_process: bool = True  # False for communicators that launch learner processes (Lightning re-runs argv)
 
     def _args(self, tmp_path: Path) -> list[str]:
         return [f"communication.name={self.communicator}", *quick_overrides(tmp_path), *self.overrides]
@@ -130,9 +145,28 @@ class CommunicatorConformance:
             prepare(self.recipe, [f"communication.name={self.communicator}", "communication.options.no_such_option=1",
                                   *self.overrides], build_plugin_manager())
 
+    def test_cli_run_exits_cleanly_and_leaves_no_process(self, tmp_path):
+        import json
+        import subprocess
+        import sys
+
+        out = subprocess.run([sys.executable, "-m", "rlkit.cli", "run", self.recipe, *self._args(tmp_path)],
+                             capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr[-3000:]
+        run_dir = tmp_path / "conformance"
+        result = json.loads((run_dir / "result.json").read_text())
+        assert result["agent_steps"] >= 2000 and (run_dir / "checkpoints" / "last.ckpt").is_file()
+        assert out.stdout.count("agent steps") == 1, "one summary line per run, not per process"
+        assert processes_of_run(run_dir) == [], "processes of the run are still alive"
+
     def test_short_run_trains_checkpoints_and_shuts_down(self, tmp_path):
+        import pytest
+
         from rlkit.manager import build_plugin_manager
         from rlkit.run import train
+
+        if not self.in_process:
+            pytest.skip("multi-process communicator: covered by the CLI run test")
 
         before = child_pids()
         recorder = RecordingPlugin()

@@ -1,0 +1,95 @@
+"""allreduce: real gloo process groups, real learner processes launched by Lightning."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from rlkit.testing import CommunicatorConformance
+
+TWO = ("placement.learners=2", "trainer.devices=2", "env.num_envs=4")
+
+
+class TestAllreduceConformance(CommunicatorConformance):
+    communicator = "allreduce"
+    recipe = "a2c-cartpole-allreduce"
+    overrides = TWO
+    in_process = False
+
+
+def _average_worker(rank, world, port, out):
+    import torch.distributed as dist
+
+    from rlkit.recipes import load_recipe, validate_options
+    from rlkit_allreduce import AllreduceConfig
+    from rlkit_allreduce.communicator import AllreduceCommunicator
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
+    batch = torch.randn(5, 3, generator=torch.Generator().manual_seed(100 + rank))  # a fixed batch per rank
+    model(batch).pow(2).sum().backward()
+    own = [p.grad.clone() for p in model.parameters()]
+    recipe = load_recipe("a2c-cartpole-allreduce")
+    comm = AllreduceCommunicator(validate_options(AllreduceConfig, {}, "o"), recipe)
+    assert comm.rlkit_sync_gradients(run=None, module=model) is True
+    torch.save({"own": own, "synced": [p.grad.clone() for p in model.parameters()]}, f"{out}/rank{rank}.pt")
+    dist.destroy_process_group()
+
+
+def test_averaged_gradient_is_the_mean_of_the_ranks_gradients(tmp_path):
+    port = 29500 + os.getpid() % 1000
+    torch.multiprocessing.spawn(_average_worker, args=(2, port, str(tmp_path)), nprocs=2, join=True)
+    r0, r1 = (torch.load(tmp_path / f"rank{i}.pt") for i in (0, 1))
+    for own0, own1, s0, s1 in zip(r0["own"], r1["own"], r0["synced"], r1["synced"]):
+        assert not torch.equal(own0, own1)  # the ranks really had different gradients
+        assert torch.allclose(s0, (own0 + own1) / 2, atol=1e-7)
+        assert torch.equal(s0, s1)
+
+
+DUMP_PLUGIN = '''
+import os, torch
+from rlkit.plugin import hookimpl
+
+def _dump(module, tag):
+    path = os.path.join(os.environ["RLKIT_TEST_DUMP"], f"{tag}-rank{module.global_rank}.pt")
+    torch.save({k: v.detach().clone() for k, v in module.model.state_dict().items()}, path)
+
+@hookimpl
+def rlkit_make_rollout_source(run, module):
+    _dump(module, "initial")
+
+@hookimpl
+def rlkit_after_optimizer_step(run, module, update):
+    if update == int(os.environ["RLKIT_TEST_DUMP_AT"]):
+        _dump(module, "final")
+'''
+
+
+@pytest.mark.slow
+def test_parameters_are_bit_identical_across_ranks_after_training(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "rlkit_test_dump.py").write_text(textwrap.dedent(DUMP_PLUGIN))
+    info = site / "rlkit_test_dump-0.0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rlkit-test-dump\nVersion: 0.0.1\n")
+    (info / "entry_points.txt").write_text("[rlkit]\ntest-dump = rlkit_test_dump\n")
+    env = dict(os.environ, PYTHONPATH=f"{site}:{os.environ.get('PYTHONPATH', '')}", RLKIT_TEST_DUMP=str(tmp_path),
+               RLKIT_TEST_DUMP_AT="50", WANDB_MODE="offline")
+    out = subprocess.run([sys.executable, "-m", "rlkit.cli", "run", "a2c-cartpole-allreduce", *TWO,
+                          "algo.total_steps=4000", "trainer.progress_bar=false", "logging.backends=[csv]",
+                          f"logging.root={tmp_path}", "logging.run_name=ar"],
+                         capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    init0, init1, fin0, fin1 = (torch.load(tmp_path / f"{t}-rank{r}.pt")
+                                for t, r in (("initial", 0), ("initial", 1), ("final", 0), ("final", 1)))
+    for name in fin0:
+        assert torch.equal(init0[name], init1[name]), name  # rank 0's parameters were broadcast
+        assert torch.equal(fin0[name], fin1[name]), f"{name} differs across ranks after 50 updates"
+    assert any(not torch.equal(init0[n], fin0[n]) for n in fin0), "training did not change the parameters"
+    header = (tmp_path / "ar" / "csv" / "metrics.csv").read_text().splitlines()[0]
+    assert "comm/allreduce_ms" in header and "comm/allreduce_frac" in header
