@@ -47,7 +47,10 @@ def _make_atari(cfg: EnvConfig, n: int) -> gym.vector.VectorEnv:
     return AtariVectorEnv(
         game, n, num_threads=threads, autoreset_mode="SameStep",
         frameskip=a.frameskip, noop_max=a.noop_max, stack_num=a.stack, img_height=a.size,
-        img_width=a.size, grayscale=True, maxpool=True, episodic_life=a.episodic_life,
+        img_width=a.size, grayscale=True, maxpool=True,
+        # life_loss_info: a life lost ends the learning episode, the game goes on (baselines'
+        # EpisodicLifeEnv); ALE's own episodic_life would reset the game on every life lost.
+        episodic_life=False, life_loss_info=a.episodic_life,
         repeat_action_probability=a.repeat_action_probability,
         max_num_frames_per_episode=a.max_episode_frames,
         reward_clipping=False,  # the learner clips; scores stay raw

@@ -1,0 +1,49 @@
+import numpy as np
+import pytest
+import torch
+
+from rlkit.envs import atari_game, env_spaces, make_vector_env
+from rlkit.models import ActorCritic
+from rlkit.recipes import load_recipe
+from rlkit.rollout import LocalRollout
+
+
+def test_atari_ids_map_to_ale_roms():
+    assert atari_game("ALE/SpaceInvaders-v5") == "space_invaders"
+    assert atari_game("ALE/Pong-v5") == "pong"
+
+
+def test_atari_observations_stay_uint8_and_are_preprocessed():
+    cfg = load_recipe("a2c-pong-local", ["env.num_envs=2"])
+    env = make_vector_env(cfg.env, seed=0)
+    obs, _ = env.reset(seed=0)
+    env.close()
+    assert obs.shape == (2, 4, 84, 84) and obs.dtype == np.uint8
+
+
+def test_episodic_life_ends_learning_episodes_per_life_but_scores_per_game():
+    cfg = load_recipe("a2c-pong-local", ["env.id=ALE/Breakout-v5", "env.num_envs=2", "env.atari.episodic_life=true"])
+    torch.manual_seed(0)
+    source = LocalRollout(cfg, ActorCritic(*env_spaces(cfg.env), cfg.model), torch.device("cpu"), seed=0)
+    life_ends, games = 0, 0
+    for _ in range(300):
+        batch = source.collect()
+        life_ends += int(batch.dones.sum())
+        games += len(batch.scores)
+    source.close()
+    assert games >= 5
+    # Breakout has 5 lives: every finished game contributed 5 learning episodes
+    assert 5 * games <= life_ends <= 5 * (games + 2)
+
+
+def test_truncation_is_bootstrapped_not_treated_as_terminal():
+    cfg = load_recipe("a2c-cartpole-local", ["env.num_envs=1", "env.kwargs.max_episode_steps=3"])
+    model = ActorCritic(*env_spaces(cfg.env), cfg.model)
+    with torch.no_grad():
+        model.value_head.bias.fill_(10.0)  # V(s) ~ 10 everywhere
+    source = LocalRollout(cfg, model, torch.device("cpu"), seed=0)
+    batch = source.collect()  # 5 steps: the episode is cut at step 3 (index 2)
+    source.close()
+    assert batch.dones[2, 0] == 1.0
+    assert batch.rewards[2, 0].item() == pytest.approx(1.0 + 0.99 * 10.0, abs=1.0)
+    assert batch.rewards[1, 0].item() == 1.0
