@@ -93,3 +93,17 @@ def test_parameters_are_bit_identical_across_ranks_after_training(tmp_path):
     assert any(not torch.equal(init0[n], fin0[n]) for n in fin0), "training did not change the parameters"
     header = (tmp_path / "ar" / "csv" / "metrics.csv").read_text().splitlines()[0]
     assert "comm/allreduce_ms" in header and "comm/allreduce_frac" in header
+
+
+@pytest.mark.slow
+def test_cartpole_allreduce_two_learners_solves_within_300k_total_steps(tmp_path):
+    import json
+
+    out = subprocess.run([sys.executable, "-m", "rlkit.cli", "run", "a2c-cartpole-allreduce",
+                          "trainer.progress_bar=false", "logging.backends=[csv]", f"logging.root={tmp_path}",
+                          "logging.run_name=solve"], capture_output=True, text=True, timeout=900,
+                         env=dict(os.environ, WANDB_MODE="offline"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads((tmp_path / "solve" / "result.json").read_text())
+    assert result["solved"] and result["score_mean"] >= 475, result
+    assert result["agent_steps"] <= 300_000  # summed over both learners
