@@ -108,11 +108,11 @@ class ActorCriticModule(pl.LightningModule):
         return a2c_loss(ev.log_probs, ev.entropy, ev.values, returns.reshape(-1),
                         advantages.reshape(-1), a.value_coef, a.entropy_coef)
 
-    def _clip_gradients(self) -> float:
+    def _clip_gradients(self) -> torch.Tensor:
+        """The pre-clip norm, left on the device: it is read only at the log interval."""
         max_norm = self.recipe.algo.max_grad_norm
         params = [p for p in self.parameters() if p.grad is not None]
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm else math.inf)
-        return float(norm)
+        return torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm else math.inf)
 
     # -- bookkeeping --------------------------------------------------------------------------
 
@@ -129,13 +129,13 @@ class ActorCriticModule(pl.LightningModule):
         self.recent_scores.extend(batch.scores)
         self._window.add(batch)
 
-    def _log_metrics(self, losses, grad_norm: float) -> None:
+    def _log_metrics(self, losses, grad_norm: torch.Tensor) -> None:
         steps = self.total_agent_steps()
         metrics = {
             "agent_steps": float(steps), "frames": float(steps * self.frames_per_step),
             "loss/total": losses.total.item(), "loss/policy": losses.policy.item(),
             "loss/value": losses.value.item(), "loss/entropy": losses.entropy.item(),
-            "grad_norm": grad_norm, "lr": self.optimizers().param_groups[0]["lr"],
+            "grad_norm": grad_norm.item(), "lr": self.optimizers().param_groups[0]["lr"],
         }
         metrics.update(self._window.flush(self.recipe.placement.learners, self.frames_per_step))
         if self.recent_scores:

@@ -15,7 +15,7 @@ from typing import Iterable
 
 from rlkit.config import RunConfig
 from rlkit.manager import RlkitPluginManager, build_plugin_manager
-from rlkit.recipes import load_recipe, resolve_recipe_path, to_container, to_yaml, validate_options
+from rlkit.recipes import load_recipe, to_container, to_yaml, validate_options
 from rlkit.runhooks import RunHooks
 from rlkit.runtime import Run
 
@@ -164,4 +164,4 @@ def checkpoint_every(cfg: RunConfig) -> int:
     return max(1, math.ceil(cfg.checkpoint.every_steps / per_update))
 
 
-__all__ = ["train", "prepare", "RunResult", "resolve_recipe_path", "quiet_lightning"]
+__all__ = ["train", "prepare", "RunResult", "quiet_lightning"]
