@@ -87,6 +87,24 @@ def rlkit_make_rollout_source(run: "Run", module: "ActorCriticModule") -> Any:
     """
 
 
+@hookspec
+def rlkit_learner_start(run: "Run", module: "ActorCriticModule") -> None:
+    """Set up what one learner needs to talk to its peers (channels, buffers), once its process
+    group exists and its module is on its device. All implementations are called.
+
+    Called on: every learner process, once, when training starts (before update 1).
+    """
+
+
+@hookspec
+def rlkit_learner_end(run: "Run", module: "ActorCriticModule") -> None:
+    """Tell the peers this learner is leaving and release its channels. All implementations are
+    called, also after an error.
+
+    Called on: every learner process, once, when its training ends.
+    """
+
+
 @hookspec(firstresult=True)
 def rlkit_sync_gradients(run: "Run", module: "ActorCriticModule") -> Any:
     """Act on the gradients after backward and before clipping and the optimizer step (e.g.

@@ -47,8 +47,14 @@ class ActorCriticModule(pl.LightningModule):
 
     def on_train_start(self) -> None:
         self._window = _Window()  # throughput counts from here, not from construction
+        if self.hooks is not None:
+            self.hooks.learner_start(self)
+            self._started = True
 
     def teardown(self, stage: str) -> None:
+        if getattr(self, "_started", False):
+            self._started = False
+            self.hooks.learner_end(self)
         close = getattr(self._source, "close", None)
         if close is not None:
             close()

@@ -31,6 +31,12 @@ class RunHooks:
             source = LocalRollout(self.run.recipe, module.model, module.device, module.env_seed())
         return source
 
+    def learner_start(self, module: "ActorCriticModule") -> None:
+        self.hook.rlkit_learner_start(run=self.run, module=module)
+
+    def learner_end(self, module: "ActorCriticModule") -> None:
+        self.hook.rlkit_learner_end(run=self.run, module=module)
+
     def sync_gradients(self, module: "ActorCriticModule") -> bool:
         return self.hook.rlkit_sync_gradients(run=self.run, module=module) is not None
 

@@ -40,6 +40,14 @@ class RecordingPlugin:
         self._record("rlkit_make_rollout_source")
 
     @hookimpl(tryfirst=True)
+    def rlkit_learner_start(self, run, module):
+        self._record("rlkit_learner_start")
+
+    @hookimpl(tryfirst=True)
+    def rlkit_learner_end(self, run, module):
+        self._record("rlkit_learner_end")
+
+    @hookimpl(tryfirst=True)
     def rlkit_sync_gradients(self, run, module):
         self._record("rlkit_sync_gradients")
 

@@ -14,23 +14,11 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-from lightning.pytorch.strategies import DDPStrategy
 
 from rlkit.errors import UserError
 from rlkit.plugin import hookimpl
+from rlkit.strategies import LearnerProcesses
 from rlkit_allreduce.flat import flatten, unflatten_into
-
-
-class BroadcastOnlyDDPStrategy(DDPStrategy):
-    """Lightning's DDP process layout (launch, process group, ranks) without the DDP wrapper:
-    parameters are broadcast from rank 0 once; gradient averaging is left to the hook."""
-
-    strategy_name = "rlkit_allreduce"
-
-    def configure_ddp(self) -> None:
-        with torch.no_grad():
-            for tensor in [*self.model.parameters(), *self.model.buffers()]:
-                dist.broadcast(tensor.data, src=0)
 
 
 class AllreduceCommunicator:
@@ -53,7 +41,7 @@ class AllreduceCommunicator:
         backend = self.options.backend
         if backend == "auto":
             backend = "gloo" if run.recipe.trainer.accelerator == "cpu" else "nccl"
-        return BroadcastOnlyDDPStrategy(process_group_backend=backend,
+        return LearnerProcesses(process_group_backend=backend,
                                         timeout=timedelta(seconds=self.options.timeout_s))
 
     @hookimpl

@@ -1,0 +1,180 @@
+"""Lightning strategies for multi-learner communicators: Lightning's DDP process layout (launch,
+ranks, process group) without the DDP wrapper, so the communicator owns every exchange.
+
+* :class:`LearnerProcesses` (``independent=False``): rank 0's parameters are broadcast once and
+  Lightning's own collectives (barrier, broadcast, boolean decisions) stay collective. Synchronous
+  protocols (allreduce) use it.
+* ``independent=True``: learners that never wait for each other (gossip). Lightning's collectives
+  become local: a barrier returns at once, a broadcast returns the caller's own object, and an
+  "any learner" decision (``stop_at_score``) is shared through the process group's key-value store
+  without blocking. A child that dies is reported, not fatal: the communicator decides (drop the
+  peer or stop the run), and the launching process waits a bounded time for the children at the end
+  and kills any that is left.
+
+``learners_per_device`` co-locates several learner processes on one accelerator device (GALA runs
+4 learners on one GPU).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+from lightning.pytorch.strategies import DDPStrategy
+from lightning.pytorch.strategies.launchers.subprocess_script import (_SubprocessScriptLauncher,
+                                                                       _set_num_threads_if_needed)
+
+log = logging.getLogger("rlkit")
+
+STOP_KEY = "rlkit/stop"
+_DECISION_POLL_S = 0.25
+
+
+class LearnerProcesses(DDPStrategy):
+    strategy_name = "rlkit_learners"
+
+    def __init__(self, *, independent: bool = False, learners_per_device: int = 1,
+                 child_grace_s: float = 60.0, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.independent = independent
+        self.learners_per_device = learners_per_device
+        self.child_grace_s = child_grace_s
+        self._last_poll = 0.0
+        self._stop_seen = False
+
+    # -- placement ----------------------------------------------------------------------------
+
+    @property
+    def parallel_devices(self):
+        return self._parallel_devices
+
+    @parallel_devices.setter
+    def parallel_devices(self, devices):
+        # each physical device hosts learners_per_device learner processes
+        if devices is not None:
+            devices = [d for d in devices for _ in range(self.learners_per_device)]
+        self._parallel_devices = devices
+
+    # -- launch ---------------------------------------------------------------------------------
+
+    def _configure_launcher(self) -> None:
+        if self.independent and self._start_method == "popen":
+            self._launcher = _IndependentLauncher(self.cluster_environment, self.num_processes, self.num_nodes)
+        else:
+            super()._configure_launcher()
+
+    def setup_environment(self) -> None:
+        env = self.cluster_environment
+        if env is not None and (env.creates_processes_externally or env.local_rank() != 0):
+            die_with_parent()  # a launched learner, not the process the user started
+        super().setup_environment()
+
+    def configure_ddp(self) -> None:
+        with torch.no_grad():
+            for tensor in [*self.model.parameters(), *self.model.buffers()]:
+                dist.broadcast(tensor.data, src=0)
+
+    # -- collectives ------------------------------------------------------------------------------
+
+    def barrier(self, *args: Any, **kwargs: Any) -> None:
+        if not self.independent:
+            super().barrier(*args, **kwargs)
+
+    def broadcast(self, obj, src: int = 0):
+        return obj if self.independent else super().broadcast(obj, src)
+
+    def reduce(self, tensor, group=None, reduce_op="mean"):
+        return tensor if self.independent else super().reduce(tensor, group, reduce_op)
+
+    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
+        if not self.independent:
+            return super().reduce_boolean_decision(decision, all)
+        if all:
+            return bool(decision)  # "every learner" cannot be known without waiting: own decision
+        store = default_store()
+        if decision and store is not None and not self._stop_seen:
+            store.set(STOP_KEY, str(self.global_rank))
+            self._stop_seen = True
+        now = time.monotonic()
+        if not self._stop_seen and store is not None and now - self._last_poll > _DECISION_POLL_S:
+            self._last_poll = now
+            self._stop_seen = store.check([STOP_KEY])
+        return bool(decision) or self._stop_seen
+
+    # -- end --------------------------------------------------------------------------------------
+
+    def wait_for_children(self) -> list[tuple[int, int | None]]:
+        """Launching process only: wait up to ``child_grace_s`` for the learner processes, kill any
+        left. Returns (rank, return code) of each child; None = it had to be killed."""
+        launcher = self._launcher
+        procs = getattr(launcher, "procs", [])
+        deadline = time.monotonic() + self.child_grace_s
+        codes = []
+        for rank, proc in enumerate(procs, start=1):
+            try:
+                codes.append((rank, proc.wait(timeout=max(0.1, deadline - time.monotonic()))))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                codes.append((rank, None))
+        return codes
+
+
+class _IndependentLauncher(_SubprocessScriptLauncher):
+    """Lightning's launcher kills every process when one child dies; independent learners must
+    outlive a dead peer, so the children are watched by :class:`_ChildReporter` instead."""
+
+    def launch(self, function: Callable, *args: Any, trainer: Any = None, **kwargs: Any) -> Any:
+        self.cluster_environment.validate_settings(num_devices=self.num_processes, num_nodes=self.num_nodes)
+        if not self.cluster_environment.creates_processes_externally:
+            self._call_children_scripts()
+            _ChildReporter(self.procs).start()
+        _set_num_threads_if_needed(num_processes=self.num_processes)
+        return function(*args, **kwargs)
+
+
+class _ChildReporter(threading.Thread):
+    def __init__(self, procs: list[subprocess.Popen], period_s: float = 1.0):
+        super().__init__(daemon=True, name="rlkit-child-reporter")
+        self.procs, self.period_s = procs, period_s
+
+    def run(self) -> None:
+        reported: set[int] = set()
+        while len(reported) < len(self.procs):
+            time.sleep(self.period_s)
+            for rank, proc in enumerate(self.procs, start=1):
+                code = proc.poll()
+                if code is not None and rank not in reported:
+                    reported.add(rank)
+                    if code != 0:
+                        print(f"rlkit: learner {rank} (pid {proc.pid}) exited with code {code}", file=sys.stderr)
+
+
+def default_store():
+    """The key-value store of the default process group (hosted by rank 0), or None."""
+    if not dist.is_available() or not dist.is_initialized():
+        return None
+    return dist.distributed_c10d._get_default_store()
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """Linux: a launched learner gets ``sig`` when the process that launched it dies, so no learner
+    outlives its run even if the launcher is killed with SIGKILL."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, sig)  # PR_SET_PDEATHSIG
+    except OSError:
+        return
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        os.kill(os.getpid(), sig)
