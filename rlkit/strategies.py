@@ -78,6 +78,14 @@ class LearnerProcesses(DDPStrategy):
             die_with_parent()  # a launched learner, not the process the user started
         super().setup_environment()
 
+    def setup(self, trainer) -> None:
+        super().setup(trainer)
+        loop = trainer.fit_loop.epoch_loop
+        if self.independent and hasattr(loop, "_broadcast_sigterm_tensor"):
+            # Lightning broadcasts a SIGTERM flag from rank 0 before every step, which would put
+            # independent learners in lock-step; each learner reacts to its own SIGTERM instead.
+            loop._broadcast_sigterm_tensor = lambda: _raise_if_sigterm(trainer)
+
     def configure_ddp(self) -> None:
         with torch.no_grad():
             for tensor in [*self.model.parameters(), *self.model.buffers()]:
@@ -157,6 +165,13 @@ class _ChildReporter(threading.Thread):
                     reported.add(rank)
                     if code != 0:
                         print(f"rlkit: learner {rank} (pid {proc.pid}) exited with code {code}", file=sys.stderr)
+
+
+def _raise_if_sigterm(trainer) -> None:
+    if getattr(trainer, "received_sigterm", False):
+        from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+        raise SIGTERMException()
 
 
 def default_store():

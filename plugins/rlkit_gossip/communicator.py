@@ -1,0 +1,220 @@
+"""GossipCommunicator: the run hooks of GALA-A2C. Learners are the ranks of an independent
+:class:`~rlkit.strategies.LearnerProcesses` layout (no collective during training); after each
+optimizer step the parameters go through :class:`~rlkit_gossip.protocol.GossipAgent`.
+
+Consensus distance (the paper's epsilon-ball) is measured without stopping anyone: every
+``consensus_every`` updates each learner leaves a snapshot of its parameters for learner 0 in a
+mailbox, and learner 0 logs every learner's L2 distance from the average of the latest snapshots
+(its own parameters included), with how many updates apart the snapshots are.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from datetime import timedelta
+
+import torch
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+from rlkit.errors import RunFailed, UserError
+from rlkit.plugin import hookimpl
+from rlkit.strategies import LearnerProcesses, STOP_KEY, default_store
+from rlkit_gossip import graphs
+from rlkit_gossip.protocol import (GossipAgent, GossipSettings, Membership, PeerFailure,
+                                   consensus_distances)
+from rlkit_gossip.transports import HEADER, ShmTransport, shm_root
+
+_STOP_POLL_S = 0.5
+
+
+def resolve_mixing(options, learners: int) -> str:
+    if options.mixing != "auto":
+        return options.mixing
+    outs = {p: graphs.peers_at(list(range(learners)), p, options.graph, options.peers_per_itr,
+                               options.rotate_peers, 0)[0] for p in range(learners)}
+    return "uniform" if graphs.is_regular(outs) else "push_sum"
+
+
+class GossipCommunicator:
+    def __init__(self, options, recipe):
+        self.options = options
+        self.recipe = recipe
+        self.strategy: LearnerProcesses | None = None
+        self.agent: GossipAgent | None = None
+        self.snapshots: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.comm_s = 0.0
+        self.window_start = time.perf_counter()
+        self._last_stop_poll = 0.0
+
+    # -- launching process ------------------------------------------------------------------
+
+    @hookimpl
+    def rlkit_configure(self, run) -> None:
+        t, p = run.recipe.trainer, run.recipe.placement
+        if p.learners != t.devices * p.learners_per_device * t.num_nodes:
+            raise UserError(f"placement.learners: {p.learners} is not allowed with trainer.devices={t.devices}, "
+                            f"placement.learners_per_device={p.learners_per_device} and trainer.num_nodes="
+                            f"{t.num_nodes}; gossip runs learners = devices x learners_per_device x num_nodes")
+        if t.num_nodes > 1:
+            raise UserError(f"trainer.num_nodes: {t.num_nodes} is not allowed with communicator gossip: its one "
+                            "transport (shm) joins learners on one host; use trainer.num_nodes=1")
+        if p.learners < 2:
+            raise UserError("placement.learners: 1 is not allowed with communicator gossip (it needs >= 2 learners; "
+                            "use communicator local for one)")
+
+    @hookimpl
+    def rlkit_make_strategy(self, run):
+        self.strategy = LearnerProcesses(independent=True, learners_per_device=run.recipe.placement.learners_per_device,
+                                         process_group_backend="gloo", timeout=timedelta(seconds=self.options.timeout_s),
+                                         child_grace_s=self.options.peer_timeout_s)
+        return self.strategy
+
+    @hookimpl
+    def rlkit_unconfigure(self, run, error) -> None:
+        if self.strategy is not None and self.strategy.global_rank != 0:
+            return  # a launched learner runs the CLI too: only the launching process cleans up
+        if self.strategy is not None:
+            for rank, code in self.strategy.wait_for_children():
+                if code is None:
+                    print(f"rlkit: learner {rank} did not exit in time and was killed", file=sys.stderr)
+        ShmTransport(shm_root(str(run.run_dir.resolve())), 0).close(remove=True)
+
+    # -- every learner --------------------------------------------------------------------------
+
+    @hookimpl
+    def rlkit_learner_start(self, run, module) -> None:
+        o = self.options
+        rank, world = module.global_rank, module.trainer.world_size
+        numel = sum(p.numel() for p in module.parameters())
+        settings = GossipSettings(graph=o.graph, peers_per_itr=o.peers_per_itr, rotate_peers=o.rotate_peers,
+                                  mixing=resolve_mixing(o, world), sync_freq=o.sync_freq,
+                                  peer_timeout_s=o.peer_timeout_s, on_peer_failure=o.on_peer_failure)
+        transport = ShmTransport(shm_root(str(run.run_dir.resolve())), numel)
+        store = default_store()
+        self.agent = GossipAgent(rank, world, transport, Membership(store, rank, world), settings,
+                                 log=lambda m: print(f"rlkit: {m}", file=sys.stderr, flush=True))
+        self.store = store
+        self.window_start = time.perf_counter()
+
+    @hookimpl
+    def rlkit_after_optimizer_step(self, run, module, update: int) -> None:
+        agent = self.agent
+        start = time.perf_counter()
+        params = list(module.parameters())
+        with torch.no_grad():
+            flat = parameters_to_vector(params).detach().to("cpu", torch.float32)
+            try:
+                mixed = agent.step(flat, update)
+            except PeerFailure as exc:
+                self._stop(module, str(exc))
+                return
+            if mixed is not flat:
+                vector_to_parameters(mixed.to(params[0].device, params[0].dtype), params)
+            if update % self._consensus_every(run) == 0:
+                self._snapshot(module, mixed, update)
+        self.comm_s += time.perf_counter() - start
+        self._poll_stop(module)
+
+    def _consensus_every(self, run) -> int:
+        return self.options.consensus_every or run.recipe.trainer.log_every_n_updates
+
+    def _snapshot(self, module, params: torch.Tensor, update: int) -> None:
+        agent = self.agent
+        if agent.rank != 0:
+            agent.send_snapshot(params, self._header(module, update))
+        else:
+            self.snapshots.update(agent.take_snapshots())
+            self.snapshots[0] = (self._header(module, update), params.clone())
+
+    def _header(self, module, update: int) -> torch.Tensor:
+        c = self.agent.counters
+        scores = list(module.recent_scores)
+        h = torch.zeros(HEADER, dtype=torch.float64)
+        h[0], h[1], h[2] = self.agent.weight, update, module.agent_steps
+        h[3] = sum(scores) / len(scores) if scores else float("nan")
+        h[4], h[5], h[6] = c.sent, c.mixed, c.skipped
+        h[7] = max(self.agent.staleness.values(), default=0)
+        return h
+
+    def _poll_stop(self, module) -> None:
+        now = time.monotonic()
+        if now - self._last_stop_poll < _STOP_POLL_S:
+            return
+        self._last_stop_poll = now
+        if self.store.check([STOP_KEY]):
+            module.trainer.should_stop = True
+            failure = self.agent.membership.failure()
+            if failure and self.agent.rank == 0:
+                raise RunFailed(failure)
+
+    def _stop(self, module, reason: str) -> None:
+        module.trainer.should_stop = True
+        if self.agent.rank == 0:
+            raise RunFailed(reason + "; the run stops (on_peer_failure=stop)")
+
+    @hookimpl
+    def rlkit_metrics(self, run, module):
+        agent = self.agent
+        now = time.perf_counter()
+        c = agent.counters
+        updates = run.recipe.trainer.log_every_n_updates if module.global_step > 1 else 1
+        out = {"comm/gossip_ms": 1000.0 * self.comm_s / updates,
+               "comm/gossip_frac": self.comm_s / max(now - self.window_start, 1e-9),
+               "gossip/sent": float(c.sent), "gossip/mixed": float(c.mixed), "gossip/skipped": float(c.skipped),
+               "gossip/waits": float(c.waits), "gossip/wait_s": c.wait_s,
+               "gossip/staleness_max": float(max(agent.staleness.values(), default=0)),
+               "gossip/weight": agent.weight, "gossip/live_learners": float(len(agent.membership.alive))}
+        self.comm_s, self.window_start = 0.0, now
+        if agent.rank == 0 and len(self.snapshots) > 1:
+            out.update(self._consensus(module))
+        return out
+
+    def _consensus(self, module) -> dict[str, float]:
+        alive = set(self.agent.membership.alive)
+        snaps = {r: s for r, s in self.snapshots.items() if r in alive}
+        dist = consensus_distances({r: data for r, (_, data) in snaps.items()})
+        updates = [float(h[1]) for h, _ in snaps.values()]
+        out = {"consensus/dist_max": max(dist.values()), "consensus/dist_mean": sum(dist.values()) / len(dist),
+               "consensus/snapshot_spread": max(updates) - min(updates), "consensus/learners": float(len(dist))}
+        for r, d in dist.items():
+            out[f"consensus/dist_{r}"] = d
+            score = float(snaps[r][0][3])
+            if score == score:
+                out[f"learner{r}/score_mean"] = score
+        return out
+
+    @hookimpl
+    def rlkit_learner_end(self, run, module) -> None:
+        agent = self.agent
+        if agent is None:
+            return
+        try:
+            agent.leave("finished")
+            if agent.rank == 0:
+                self._wait_for_peers_to_leave()
+        finally:
+            agent.transport.close()
+            self.agent = None
+
+    def _wait_for_peers_to_leave(self) -> None:
+        """Learner 0 hosts the store the others use: it stays until they have left, as long as they
+        make progress (a fresh snapshot) within peer_timeout_s."""
+        agent = self.agent
+        last_progress = time.monotonic()
+        while True:
+            agent.membership.refresh(force=True)
+            if agent.membership.alive == [0]:
+                return
+            if agent.take_snapshots():
+                last_progress = time.monotonic()
+            if time.monotonic() - last_progress > self.options.peer_timeout_s:
+                return
+            time.sleep(0.05)
+
+    @hookimpl
+    def rlkit_state_dict(self, run, module):
+        if self.agent is None:
+            return {}
+        return {"gossip": {"weight": self.agent.weight, "sent": self.agent.counters.sent,
+                           "mixed": self.agent.counters.mixed, "skipped": self.agent.counters.skipped}}

@@ -1,0 +1,242 @@
+"""The gossip protocol of one learner (GALA-A2C), independent of Lightning.
+
+After each optimizer step, :meth:`GossipAgent.step` sends the learner's parameters to its
+out-peers whose mailbox is free, then mixes in every message waiting from its in-peers. It waits
+only when the staleness bound says so: for an in-peer it has gone ``sync_freq`` updates without a
+message from, and for an out-peer whose mailbox it has found full ``sync_freq`` updates in a row
+(``sync_freq = 0`` is lock-step). A wait longer than ``peer_timeout_s`` means the peer has left or
+failed: it is dropped from the graph (the graph is rebuilt over the live learners) or the run
+stops, as ``on_peer_failure`` says. Who is alive is kept in a key-value store (the process
+group's), so every learner rebuilds the same graph.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from rlkit_gossip import graphs, mixing
+from rlkit_gossip.transports import GOSSIP, HEADER, SNAPSHOT
+
+_MEMBERSHIP_POLL_S = 0.5
+
+
+class PeerFailure(RuntimeError):
+    """A peer stopped answering and on_peer_failure=stop."""
+
+
+class Membership:
+    """Live learners, through a c10d store: ``gossip/gone/<rank>`` = why it left, and a version
+    counter bumped on every departure so a poll is one round trip."""
+
+    def __init__(self, store, rank: int, world: int):
+        self.store, self.rank, self.world = store, rank, world
+        self.alive = list(range(world))
+        self.reasons: dict[int, str] = {}
+        self._version = 0
+        self._last_poll = 0.0
+
+    def refresh(self, force: bool = False) -> list[tuple[int, str]]:
+        """Poll the store (at most every 0.5 s unless forced); returns the newly gone learners."""
+        now = time.monotonic()
+        if not force and now - self._last_poll < _MEMBERSHIP_POLL_S:
+            return []
+        self._last_poll = now
+        version = self.store.add("gossip/version", 0)
+        if version == self._version:
+            return []
+        self._version = version
+        gone = []
+        for r in list(self.alive):
+            if r != self.rank and self.store.check([f"gossip/gone/{r}"]):
+                reason = self.store.get(f"gossip/gone/{r}").decode()
+                self.alive.remove(r)
+                self.reasons[r] = reason
+                gone.append((r, reason))
+        return gone
+
+    def declare_gone(self, rank: int, reason: str) -> None:
+        if not self.store.check([f"gossip/gone/{rank}"]):
+            self.store.set(f"gossip/gone/{rank}", reason)
+            self.store.add("gossip/version", 1)
+
+    def stop_run(self, reason: str) -> None:
+        self.store.set("gossip/failed", reason)
+        self.store.set("rlkit/stop", str(self.rank))
+
+    def failure(self) -> str | None:
+        return self.store.get("gossip/failed").decode() if self.store.check(["gossip/failed"]) else None
+
+
+@dataclass
+class GossipSettings:
+    graph: str = "ring"
+    peers_per_itr: int = 1
+    rotate_peers: bool = False
+    mixing: str = "uniform"  # uniform | push_sum (auto is resolved before)
+    sync_freq: int = 0
+    peer_timeout_s: float = 60.0
+    on_peer_failure: str = "drop"  # drop | stop
+
+
+@dataclass
+class Counters:
+    sent: int = 0
+    mixed: int = 0
+    skipped: int = 0
+    waits: int = 0
+    wait_s: float = 0.0
+    dropped: list = field(default_factory=list)
+
+
+class GossipAgent:
+    def __init__(self, rank: int, world: int, transport, membership: Membership, settings: GossipSettings,
+                 log=print):
+        self.rank, self.world = rank, world
+        self.transport, self.membership, self.s = transport, membership, settings
+        self.log = log
+        self.weight = 1.0  # push-sum weight (stays 1 under uniform mixing)
+        self.staleness: dict[int, int] = {}  # in-peer -> updates since its last mixed message
+        self.send_skips: dict[int, int] = {}  # out-peer -> consecutive updates its mailbox was full
+        self.counters = Counters()
+        self.last_in: list[int] = []
+
+    # -- one update ---------------------------------------------------------------------------
+
+    def step(self, params: torch.Tensor, update: int) -> torch.Tensor:
+        """Gossip the flat parameter vector ``params`` (CPU float32) after update ``update``."""
+        self._membership()
+        alive = self.membership.alive
+        if len(alive) < 2:
+            return params
+        outs, ins = graphs.peers_at(alive, self.rank, self.s.graph, self.s.peers_per_itr, self.s.rotate_peers,
+                                    update)
+        self.last_in = ins
+        params = self._send(params, outs, update)
+        return self._receive(params, ins, update)
+
+    def _send(self, params: torch.Tensor, outs: list[int], update: int) -> torch.Tensor:
+        ready = []
+        for j in outs:
+            if self.transport.ready(self.rank, j, GOSSIP):
+                ready.append(j)
+            elif self.send_skips.get(j, 0) >= self.s.sync_freq:
+                if self._wait(lambda j=j: self.transport.ready(self.rank, j, GOSSIP), j, "to take its message"):
+                    ready.append(j)
+            else:
+                self.send_skips[j] = self.send_skips.get(j, 0) + 1
+                self.counters.skipped += 1
+        ready = [j for j in ready if j in self.membership.alive]
+        if not ready:
+            return params
+        if self.s.mixing == "push_sum":
+            self.weight, (numerator, weight) = mixing.push_sum_split(params, self.weight, len(ready))
+        else:
+            numerator, weight = mixing.uniform_message(params)
+        header = torch.zeros(HEADER, dtype=torch.float64)
+        header[0], header[1] = weight, update
+        for j in ready:
+            self.transport.send(self.rank, j, GOSSIP, header, numerator)
+            self.send_skips[j] = 0
+            self.counters.sent += 1
+        return params
+
+    def _receive(self, params: torch.Tensor, ins: list[int], update: int) -> torch.Tensor:
+        for j in ins:
+            if self.staleness.get(j, 0) >= self.s.sync_freq and not self.transport.waiting(j, self.rank, GOSSIP):
+                self._wait(lambda j=j: self.transport.waiting(j, self.rank, GOSSIP), j, "to send a message")
+        messages = []
+        for j in graphs.all_in_peers(self.membership.alive, self.rank, self.s.graph):
+            got = self.transport.take(j, self.rank, GOSSIP)
+            if got is not None:
+                header, data = got
+                messages.append((data, float(header[0])))
+                self.staleness[j] = 0
+            elif j in ins:
+                self.staleness[j] = self.staleness.get(j, 0) + 1
+        self.counters.mixed += len(messages)
+        if self.s.mixing == "push_sum":
+            params, self.weight = mixing.push_sum_mix(params, self.weight, messages)
+            return params
+        return mixing.uniform_mix(params, messages)
+
+    # -- waiting and failures -------------------------------------------------------------------
+
+    def _wait(self, condition, peer: int, what: str) -> bool:
+        """Wait for ``condition`` up to peer_timeout_s; False when the peer is gone (dropped)."""
+        start = time.monotonic()
+        self.counters.waits += 1
+        pause = 1e-5
+        try:
+            while True:
+                if condition():
+                    return True
+                if peer not in self.membership.alive:
+                    return False
+                waited = time.monotonic() - start
+                if waited > self.s.peer_timeout_s:
+                    self._peer_timed_out(peer, what, waited)
+                    return False
+                self._membership()
+                time.sleep(pause)
+                pause = min(pause * 2, 2e-3)
+        finally:
+            self.counters.wait_s += time.monotonic() - start
+
+    def _peer_timed_out(self, peer: int, what: str, waited: float) -> None:
+        self.membership.refresh(force=True)
+        if peer not in self.membership.alive:
+            self._forget(peer, self.membership.reasons.get(peer, "left"))
+            return
+        reason = (f"learner {peer} did not answer for {waited:.0f} s (waiting for it {what}; "
+                  f"communication.options.peer_timeout_s={self.s.peer_timeout_s:g})")
+        if self.s.on_peer_failure == "stop":
+            self.membership.stop_run(reason + "; the run stops (on_peer_failure=stop)")
+            raise PeerFailure(reason)
+        self.membership.declare_gone(peer, "failed: " + reason)
+        self.membership.refresh(force=True)
+        self._forget(peer, "failed: " + reason)
+
+    def _membership(self) -> None:
+        for r, reason in self.membership.refresh():
+            self._forget(r, reason)
+
+    def _forget(self, peer: int, reason: str) -> None:
+        if peer in self.membership.alive:
+            self.membership.alive.remove(peer)
+        self.staleness.pop(peer, None)
+        self.send_skips.pop(peer, None)
+        if peer not in self.counters.dropped:
+            self.counters.dropped.append(peer)
+            self.log(f"gossip: learner {self.rank} dropped learner {peer} from the graph ({reason}); "
+                     f"live learners: {self.membership.alive}")
+
+    # -- snapshots for the consensus distance ---------------------------------------------------
+
+    def send_snapshot(self, params: torch.Tensor, header: torch.Tensor, to: int = 0) -> bool:
+        if to not in self.membership.alive or not self.transport.ready(self.rank, to, SNAPSHOT):
+            return False
+        self.transport.send(self.rank, to, SNAPSHOT, header, params)
+        return True
+
+    def take_snapshots(self) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+        out = {}
+        for r in self.membership.alive:
+            if r != self.rank:
+                got = self.transport.take(r, self.rank, SNAPSHOT)
+                if got is not None:
+                    out[r] = got
+        return out
+
+    def leave(self, reason: str = "finished") -> None:
+        self.membership.declare_gone(self.rank, reason)
+
+
+def consensus_distances(vectors: dict[int, torch.Tensor]) -> dict[int, float]:
+    """Each learner's L2 distance from the average of all learners' parameter vectors."""
+    if not vectors:
+        return {}
+    mean = torch.stack(list(vectors.values())).double().mean(0)
+    return {r: float(torch.linalg.vector_norm(v.double() - mean)) for r, v in vectors.items()}
