@@ -102,6 +102,7 @@ class GossipAgent:
         self.send_skips: dict[int, int] = {}  # out-peer -> consecutive updates its mailbox was full
         self.counters = Counters()
         self.last_in: list[int] = []
+        self.last_heard: dict[int, float] = {}  # in-peer -> when its last message was mixed
 
     # -- one update ---------------------------------------------------------------------------
 
@@ -154,8 +155,12 @@ class GossipAgent:
                 header, data = got
                 messages.append((data, float(header[0])))
                 self.staleness[j] = 0
+                self.last_heard[j] = time.monotonic()
             elif j in ins:
                 self.staleness[j] = self.staleness.get(j, 0) + 1
+                silent = time.monotonic() - self.last_heard.setdefault(j, time.monotonic())
+                if silent > self.s.peer_timeout_s:  # asynchronous learners never wait: notice silence
+                    self._peer_timed_out(j, "to send a message", silent)
         self.counters.mixed += len(messages)
         if self.s.mixing == "push_sum":
             params, self.weight = mixing.push_sum_mix(params, self.weight, messages)
@@ -204,6 +209,7 @@ class GossipAgent:
             self._forget(r, reason)
 
     def _forget(self, peer: int, reason: str) -> None:
+        self.last_heard.pop(peer, None)
         if peer in self.membership.alive:
             self.membership.alive.remove(peer)
         self.staleness.pop(peer, None)
