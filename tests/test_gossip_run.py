@@ -65,5 +65,6 @@ def test_killing_a_learner_leaves_the_others_to_finish(tmp_path):
     assert "dropped learner" in err and "from the graph (failed" in err, err[-3000:]
     assert time.monotonic() - killed_at < 150
     assert json.loads((run_dir / "result.json").read_text())["updates"] > 0
-    assert float(rows(run_dir)[-1]["gossip/live_learners"]) == 3.0
+    live = [float(r["gossip/live_learners"]) for r in rows(run_dir) if r.get("gossip/live_learners")]
+    assert 3.0 in live  # trained on with 3 after the drop (peers that finish leave the graph too)
     assert not processes_of_run(run_dir)
