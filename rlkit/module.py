@@ -132,8 +132,31 @@ class ActorCriticModule(pl.LightningModule):
 
     def _account(self, batch: Batch) -> None:
         self.agent_steps += batch.steps
-        self.recent_scores.extend(batch.scores)
-        self._window.add(batch)
+        scores, lengths = self._episodes(batch)
+        self.recent_scores.extend(scores)
+        self._window.add(batch.steps, scores, lengths)
+
+    def _episodes(self, batch: Batch) -> tuple[list[float], list[float]]:
+        """The episodes (raw score, length) that ended in this update: every learner's when the
+        learners step together (one score window, one stop decision, one run log), this learner's
+        own when they are independent (they cannot wait for each other)."""
+        strategy = self.trainer.strategy
+        if self.world_size == 1 or getattr(strategy, "independent", False):
+            return batch.scores, batch.lengths
+        capacity = batch.rewards.numel()  # at most one episode end per agent step
+        mine = torch.full((1 + 2 * capacity,), math.nan, device=self.device)
+        n = len(batch.scores)
+        mine[0] = n
+        mine[1:1 + n] = torch.tensor(batch.scores, dtype=mine.dtype)
+        mine[1 + capacity:1 + capacity + n] = torch.tensor(batch.lengths, dtype=mine.dtype)
+        rows = [torch.empty_like(mine) for _ in range(self.world_size)]
+        torch.distributed.all_gather(rows, mine)
+        scores, lengths = [], []
+        for row in torch.stack(rows).cpu().tolist():
+            k = int(row[0])
+            scores += row[1:1 + k]
+            lengths += row[1 + capacity:1 + capacity + k]
+        return scores, lengths
 
     def _log_metrics(self, losses, grad_norm: torch.Tensor) -> None:
         steps = self.total_agent_steps()
@@ -182,10 +205,10 @@ class _Window:
         self.start = time.perf_counter()
         self.steps, self.scores, self.lengths = 0, [], []
 
-    def add(self, batch: Batch) -> None:
-        self.steps += batch.steps
-        self.scores += batch.scores
-        self.lengths += batch.lengths
+    def add(self, steps: int, scores: list[float], lengths: list[float]) -> None:
+        self.steps += steps
+        self.scores += scores
+        self.lengths += lengths
 
     def flush(self, learners: int, frames_per_step: int) -> dict[str, float]:
         now = time.perf_counter()

@@ -8,6 +8,11 @@ message from, and for an out-peer whose mailbox it has found full ``sync_freq`` 
 failed: it is dropped from the graph (the graph is rebuilt over the live learners) or the run
 stops, as ``on_peer_failure`` says. Who is alive is kept in a key-value store (the process
 group's), so every learner rebuilds the same graph.
+
+Waiting is not failing: a learner that waits for a dead peer would look just as silent to the
+learners waiting for it, and one death would cascade round the ring. So every learner beats a
+counter in the store (also while it waits), and a peer is declared failed only when its counter has
+not moved for ``peer_timeout_s``; a wait is bounded all the same, at ``_WAIT_CAP`` x the timeout.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from rlkit_gossip import graphs, mixing
 from rlkit_gossip.transports import GOSSIP, HEADER, SNAPSHOT
 
 _MEMBERSHIP_POLL_S = 0.5
+_WAIT_CAP = 4  # a wait on a peer that still beats ends after this many peer_timeout_s
 
 
 class PeerFailure(RuntimeError):
@@ -31,12 +37,34 @@ class Membership:
     """Live learners, through a c10d store: ``gossip/gone/<rank>`` = why it left, and a version
     counter bumped on every departure so a poll is one round trip."""
 
-    def __init__(self, store, rank: int, world: int):
+    def __init__(self, store, rank: int, world: int, beat_every_s: float = 1.0):
         self.store, self.rank, self.world = store, rank, world
         self.alive = list(range(world))
         self.reasons: dict[int, str] = {}
         self._version = 0
         self._last_poll = 0.0
+        self.beat_every_s = beat_every_s
+        self._last_beat = -float("inf")
+        self._seen: dict[int, tuple[int, float, float]] = {}  # peer -> (beat, first seen, last polled)
+
+    def beat(self) -> None:
+        """Say "alive" (at most every beat_every_s; cheap to call often)."""
+        now = time.monotonic()
+        if now - self._last_beat >= self.beat_every_s:
+            self._last_beat = now
+            self.store.add(f"gossip/beat/{self.rank}", 1)
+
+    def silent_for(self, peer: int) -> float:
+        """Seconds since ``peer``'s beat was last seen to move (0 the first time it is looked at)."""
+        now = time.monotonic()
+        beat, since, polled = self._seen.get(peer, (-1, now, -float("inf")))
+        if now - polled >= self.beat_every_s / 2:
+            current = self.store.add(f"gossip/beat/{peer}", 0)
+            if current != beat:
+                beat, since = current, now
+            polled = now
+        self._seen[peer] = (beat, since, polled)
+        return now - since
 
     def refresh(self, force: bool = False) -> list[tuple[int, str]]:
         """Poll the store (at most every 0.5 s unless forced); returns the newly gone learners."""
@@ -96,6 +124,7 @@ class GossipAgent:
                  log=print):
         self.rank, self.world = rank, world
         self.transport, self.membership, self.s = transport, membership, settings
+        membership.beat_every_s = min(membership.beat_every_s, settings.peer_timeout_s / 4)
         self.log = log
         self.weight = 1.0  # push-sum weight (stays 1 under uniform mixing)
         self.staleness: dict[int, int] = {}  # in-peer -> updates since its last mixed message
@@ -108,6 +137,7 @@ class GossipAgent:
 
     def step(self, params: torch.Tensor, update: int) -> torch.Tensor:
         """Gossip the flat parameter vector ``params`` (CPU float32) after update ``update``."""
+        self.membership.beat()
         self._membership()
         alive = self.membership.alive
         if len(alive) < 2:
@@ -160,7 +190,7 @@ class GossipAgent:
                 self.staleness[j] = self.staleness.get(j, 0) + 1
                 silent = time.monotonic() - self.last_heard.setdefault(j, time.monotonic())
                 if silent > self.s.peer_timeout_s:  # asynchronous learners never wait: notice silence
-                    self._peer_timed_out(j, "to send a message", silent)
+                    self._peer_timed_out(j, "to send a message", silent, self.membership.silent_for(j))
         self.counters.mixed += len(messages)
         if self.s.mixing == "push_sum":
             params, self.weight = mixing.push_sum_mix(params, self.weight, messages)
@@ -174,6 +204,7 @@ class GossipAgent:
         start = time.monotonic()
         self.counters.waits += 1
         pause = 1e-5
+        self.membership.silent_for(peer)  # start watching its beat
         try:
             while True:
                 if condition():
@@ -182,19 +213,25 @@ class GossipAgent:
                     return False
                 waited = time.monotonic() - start
                 if waited > self.s.peer_timeout_s:
-                    self._peer_timed_out(peer, what, waited)
-                    return False
+                    silent = self.membership.silent_for(peer) if waited < _WAIT_CAP * self.s.peer_timeout_s else waited
+                    if self._peer_timed_out(peer, what, waited, silent):
+                        return False
+                self.membership.beat()
                 self._membership()
                 time.sleep(pause)
                 pause = min(pause * 2, 2e-3)
         finally:
             self.counters.wait_s += time.monotonic() - start
 
-    def _peer_timed_out(self, peer: int, what: str, waited: float) -> None:
+    def _peer_timed_out(self, peer: int, what: str, waited: float, silent: float) -> bool:
+        """``peer`` kept this learner waiting ``waited`` s and its beat has not moved for ``silent``
+        s: drop it (True), stop the run (raise), or, while it still beats, keep waiting (False)."""
         self.membership.refresh(force=True)
         if peer not in self.membership.alive:
             self._forget(peer, self.membership.reasons.get(peer, "left"))
-            return
+            return True
+        if silent <= self.s.peer_timeout_s:
+            return False
         reason = (f"learner {peer} did not answer for {waited:.0f} s (waiting for it {what}; "
                   f"communication.options.peer_timeout_s={self.s.peer_timeout_s:g})")
         if self.s.on_peer_failure == "stop":
@@ -203,6 +240,7 @@ class GossipAgent:
         self.membership.declare_gone(peer, "failed: " + reason)
         self.membership.refresh(force=True)
         self._forget(peer, "failed: " + reason)
+        return True
 
     def _membership(self) -> None:
         for r, reason in self.membership.refresh():
