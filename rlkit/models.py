@@ -69,6 +69,7 @@ class ActorCritic(nn.Module):
 
     def __init__(self, obs_space: spaces.Space, action_space: spaces.Space, cfg: ModelConfig):
         super().__init__()
+        self.obs_space, self.action_space = obs_space, action_space
         self.discrete = isinstance(action_space, spaces.Discrete)
         if not self.discrete and not isinstance(action_space, spaces.Box):
             raise UserError(f"env: action space {action_space} is not supported; use Discrete or Box")

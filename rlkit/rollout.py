@@ -46,6 +46,29 @@ class EpisodeTracker:
         return scores, lengths
 
 
+class ScoreKeeper:
+    """Raw game scores of vectorised envs. With Atari life episodes a lost life is a ``done`` for
+    learning but the game goes on; the game is over when the lives count jumps back up (a reset)."""
+
+    def __init__(self, num_envs: int, env_cfg):
+        self.tracker = EpisodeTracker(num_envs)
+        self.life_episodes = is_atari(env_cfg.id) and env_cfg.atari.episodic_life
+        self.lives = None
+
+    def step(self, reward: np.ndarray, done: np.ndarray, truncated: np.ndarray,
+             info: dict) -> tuple[list[float], list[int]]:
+        """(scores, lengths) of the games that ended with this step."""
+        return self.tracker.step(reward, self._game_over(done, truncated, info))
+
+    def _game_over(self, done: np.ndarray, truncated: np.ndarray, info: dict) -> np.ndarray:
+        if not self.life_episodes:
+            return done
+        lives = info["lives"]
+        over = truncated | (done & (lives >= (lives if self.lives is None else self.lives)))
+        self.lives = lives.copy()
+        return over
+
+
 class LocalRollout:
     """Steps ``env.num_envs`` envs for ``algo.rollout_len`` steps per batch, forever."""
 
@@ -54,9 +77,7 @@ class LocalRollout:
         self.env = make_vector_env(recipe.env, seed)
         obs, _ = self.env.reset(seed=seed)
         self.obs = torch.as_tensor(obs, device=device)
-        self.tracker = EpisodeTracker(self.env.num_envs)
-        self.life_episodes = is_atari(recipe.env.id) and recipe.env.atari.episodic_life
-        self.lives = None
+        self.keeper = ScoreKeeper(self.env.num_envs, recipe.env)
         self.action_shape = (self.env.num_envs, *(self.env.single_action_space.shape or ()))
         self.action_dtype = torch.long if model.discrete else torch.float32
 
@@ -77,7 +98,7 @@ class LocalRollout:
             actions_buf[t] = actions
             obs, reward, terminated, truncated, info = self.env.step(self.model.env_actions(actions))
             done = np.logical_or(terminated, truncated)
-            ended_scores, ended_lengths = self.tracker.step(reward, self._game_over(done, truncated, info))
+            ended_scores, ended_lengths = self.keeper.step(reward, done, truncated, info)
             scores += ended_scores
             lengths += ended_lengths
             learn_reward = np.sign(reward) if self.recipe.algo.clip_rewards else reward
@@ -87,16 +108,6 @@ class LocalRollout:
         self.obs = obs_buf[T]
         return Batch(obs_buf, actions_buf, torch.from_numpy(rewards).to(self.device),
                      torch.from_numpy(dones).to(self.device), T * N, scores, lengths)
-
-    def _game_over(self, done: np.ndarray, truncated: np.ndarray, info: dict) -> np.ndarray:
-        """Where a score is complete. With life episodes a lost life is a ``done`` for learning but
-        the game goes on; the game is over when the lives count jumps back up (the env reset)."""
-        if not self.life_episodes:
-            return done
-        lives = info["lives"]
-        over = truncated | (done & (lives >= (lives if self.lives is None else self.lives)))
-        self.lives = lives.copy()
-        return over
 
     def _bootstrap_truncated(self, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
                              info: dict) -> np.ndarray:

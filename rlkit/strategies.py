@@ -174,6 +174,14 @@ def _raise_if_sigterm(trainer) -> None:
         raise SIGTERMException()
 
 
+def single_device_strategy(accelerator: str):
+    """Lightning's single-device strategy on the first GPU the recipe asks for, else the CPU."""
+    from lightning.pytorch.strategies import SingleDeviceStrategy
+
+    use_cuda = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+    return SingleDeviceStrategy(device="cuda:0" if use_cuda else "cpu")
+
+
 def default_store():
     """The key-value store of the default process group (hosted by rank 0), or None."""
     if not dist.is_available() or not dist.is_initialized():

@@ -93,9 +93,18 @@ def child_pids(pid: int | None = None) -> set[int]:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[1]) == pid and fields[0] != "Z":
+        if int(fields[1]) == pid and fields[0] != "Z" and not _interpreter_helper(entry):
             children.add(int(entry.name))
     return children
+
+
+def _interpreter_helper(proc: Path) -> bool:
+    """multiprocessing's resource tracker: one per interpreter, started by the first queue or
+    lock a run makes and ended with the interpreter, not with the run."""
+    try:
+        return b"multiprocessing.resource_tracker" in (proc / "cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def processes_of_run(run_dir: Path) -> list[int]:

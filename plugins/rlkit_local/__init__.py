@@ -30,14 +30,9 @@ class LocalCommunicator:
 
     @hookimpl
     def rlkit_make_strategy(self, run):
-        from lightning.pytorch.strategies import SingleDeviceStrategy
+        from rlkit.strategies import single_device_strategy
 
-        import torch
-
-        accelerator = run.recipe.trainer.accelerator
-        use_cuda = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
-        device = "cuda:0" if use_cuda else "cpu"
-        return SingleDeviceStrategy(device=device)
+        return single_device_strategy(run.recipe.trainer.accelerator)
 
 
 @hookimpl

@@ -1,0 +1,120 @@
+"""GA3C (`queues`) benchmark on Pong, every number measured in this one run.
+
+1. Predictions per second with batched prediction vs one request per forward pass (GA3C's PPS
+   comparison), 16 actors x 1 env, training running as usual.
+2. Agent steps/s trained: queues (recipe ga3c-pong-queues, tuning off) vs the local A2C learner
+   (a2c-pong-local).
+3. Run-time tuning: the setting a tuned run ends on, measured statically, vs the best static
+   setting of a small grid (NP, NT in {1, 2}, NA in {4, 8} actors x 4 envs).
+
+Rounds alternate the configurations so that a noisy neighbour slows them alike; each number is
+the median over a run's log rows after warm-up. A CUDA host adds the rows with the learner (its
+predictors and trainer) on the GPU; without CUDA they are skipped.
+
+    python benchmarks/queues.py --json docs/benchmarks/bench-queues.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import json
+import statistics
+import tempfile
+from pathlib import Path
+
+import torch
+
+from rlkit.run import train
+
+PONG = "ga3c-pong-queues"
+QUIET = ["logging.backends=[csv]", "trainer.progress_bar=false", "algo.stop_at_score=null",
+         "checkpoint.every_steps=1000000000000"]
+
+
+def measure(recipe: str, steps: int, *overrides: str, log_every: int = 25) -> dict[str, float]:
+    """Median of each logged metric over the rows after the first two (start-up)."""
+    with tempfile.TemporaryDirectory() as root:
+        result = train(recipe, [*QUIET, f"algo.total_steps={steps}", f"logging.root={root}",
+                                "logging.run_name=bench", f"trainer.log_every_n_updates={log_every}", *overrides])
+        rows = list(csv.DictReader(open(result.run_dir / "csv" / "metrics.csv")))
+        tuning = (result.run_dir / "queues-tuning.log")
+        log = tuning.read_text().splitlines() if tuning.exists() else []
+    steady = rows[2:] or rows
+    keys = {k for r in steady for k, v in r.items() if v not in ("", None)}
+    out = {k: statistics.median(float(r[k]) for r in steady if r.get(k) not in ("", None)) for k in keys}
+    out["final"] = {k: float(rows[-1][k]) for k in ("queues/np", "queues/nt", "queues/na") if rows[-1].get(k)}
+    out["tuning_log"] = log
+    return out
+
+
+def setting(np_: int, nt: int, na: int) -> list[str]:
+    return [f"communication.options.predictors={np_}", f"communication.options.trainers={nt}",
+            f"communication.options.actors={na}", "communication.options.tune=false"]
+
+
+def pps_section(steps: int, rounds: int, accel: str) -> dict:
+    common = ["communication.options.actors=16", "communication.options.envs_per_actor=1",
+              "communication.options.tune=false", f"trainer.accelerator={accel}"]
+    got: dict[str, list] = {"batched": [], "batch_1": []}
+    for _ in range(rounds):
+        got["batched"].append(measure(PONG, steps, *common, "communication.options.prediction_batch=128"))
+        got["batch_1"].append(measure(PONG, steps, *common, "communication.options.prediction_batch=1"))
+    b = statistics.median(r["queues/pps"] for r in got["batched"])
+    one = statistics.median(r["queues/pps"] for r in got["batch_1"])
+    return {"pps_batched": b, "pps_batch_1": one, "ratio": b / one,
+            "prediction_batch_batched": statistics.median(r["queues/prediction_batch"] for r in got["batched"]),
+            "latency_ms_batched": statistics.median(r["queues/latency_ms"] for r in got["batched"]),
+            "latency_ms_batch_1": statistics.median(r["queues/latency_ms"] for r in got["batch_1"])}
+
+
+def versus_local(steps: int, rounds: int, accel: str) -> dict:
+    q, local = [], []
+    for _ in range(rounds):
+        q.append(measure(PONG, steps, "communication.options.tune=false", f"trainer.accelerator={accel}")["sps"])
+        local.append(measure("a2c-pong-local", steps, f"trainer.accelerator={accel}", log_every=50)["sps"])
+    return {"queues_sps": statistics.median(q), "local_sps": statistics.median(local),
+            "ratio": statistics.median(q) / statistics.median(local)}
+
+
+def tuning_section(steps: int, tuned_steps: int) -> dict:
+    grid = {}
+    for np_, nt, na in itertools.product((1, 2), (1, 2), (4, 8)):
+        grid[f"{np_},{nt},{na}"] = measure(PONG, steps, *setting(np_, nt, na))["sps"]
+    tuned = measure(PONG, tuned_steps, *setting(1, 1, 4)[:-1], "communication.options.tune=true",
+                    "communication.options.tune_window_s=6", "communication.options.max_actors=16",
+                    "communication.options.max_predictors=4", "communication.options.max_trainers=4")
+    final = tuned["final"]
+    key = (int(final["queues/np"]), int(final["queues/nt"]), int(final["queues/na"]))
+    final_sps = measure(PONG, steps, *setting(*key))["sps"]
+    best_key = max(grid, key=grid.get)
+    best_again = measure(PONG, steps, *setting(*map(int, best_key.split(","))))["sps"]
+    best = max(grid[best_key], best_again)
+    return {"grid_sps": grid, "best_static": best_key, "best_static_sps": best,
+            "tuned_final": "%d,%d,%d" % key, "tuned_final_sps": final_sps, "ratio": final_sps / best,
+            "tuning_log": tuned["tuning_log"]}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=16000, help="agent steps per measured run")
+    p.add_argument("--tuned-steps", type=int, default=120000, help="agent steps of the tuned run")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--json")
+    a = p.parse_args()
+    accels = ["cpu"] + (["gpu"] if torch.cuda.is_available() else [])
+    if len(accels) == 1:
+        print("(gpu rows skipped: no CUDA device)")
+    out = {}
+    for accel in accels:
+        out[accel] = {"pps": pps_section(a.steps, a.rounds, accel), "vs_local": versus_local(a.steps, a.rounds, accel)}
+        print(accel, json.dumps(out[accel], indent=1))
+    out["tuning"] = tuning_section(a.steps, a.tuned_steps)
+    print(json.dumps(out["tuning"], indent=1))
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

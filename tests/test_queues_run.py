@@ -1,0 +1,63 @@
+"""queues end to end: the conformance suite (in-process and through the CLI), CartPole solved within
+500k agent steps with the GA3C metrics in the log, Ctrl-C leaves no process behind."""
+
+import csv
+import json
+import signal
+import subprocess
+import sys
+import time
+
+from rlkit.testing import CommunicatorConformance, processes_of_run
+
+
+class TestQueuesConformance(CommunicatorConformance):
+    communicator = "queues"
+    recipe = "a2c-cartpole-queues"
+    overrides = ("communication.options.actors=2",)
+
+    def check_run(self, result):
+        rows = list(csv.DictReader(open(result.run_dir / "csv" / "metrics.csv")))
+        last = rows[-1]
+        for key in ("queues/pps", "queues/tps", "queues/latency_p95_ms", "queues/policy_lag", "queues/np",
+                    "queues/nt", "queues/na", "queues/prediction_batch", "queues/training_queue"):
+            assert last.get(key) not in (None, ""), key
+        assert float(last["queues/na"]) == 2 and float(last["queues/pps"]) > 0
+
+
+def cli(tmp_path, name, *extra):
+    return [sys.executable, "-m", "rlkit.cli", "run", "a2c-cartpole-queues", "trainer.progress_bar=false",
+            "logging.backends=[csv]", f"logging.root={tmp_path}", f"logging.run_name={name}", *extra]
+
+
+def test_cartpole_queues_solves_within_500k_steps(tmp_path):
+    out = subprocess.run(cli(tmp_path, "solve"), capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads((tmp_path / "solve" / "result.json").read_text())
+    assert result["solved"] and result["score_mean"] >= 475 and result["agent_steps"] <= 500_000, result
+    rows = list(csv.DictReader(open(tmp_path / "solve" / "csv" / "metrics.csv")))
+    lags = [float(r["queues/policy_lag"]) for r in rows if r.get("queues/policy_lag")]
+    assert lags and 0 < sum(lags) / len(lags) < 10  # acting and training really are apart, a little
+    assert not processes_of_run(tmp_path / "solve")
+
+
+def test_ctrl_c_checkpoints_and_leaves_no_process(tmp_path):
+    run_dir = tmp_path / "stop"
+    proc = subprocess.Popen(cli(tmp_path, "stop", "algo.stop_at_score=null"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if (run_dir / "csv" / "metrics.csv").exists() and len(open(run_dir / "csv" / "metrics.csv").readlines()) > 5:
+                break
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert time.monotonic() - sent < 10
+    assert (run_dir / "checkpoints" / "interrupted.ckpt").is_file()
+    time.sleep(0.5)
+    assert not processes_of_run(run_dir)
