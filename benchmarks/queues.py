@@ -1,7 +1,8 @@
 """GA3C (`queues`) benchmark on Pong, every number measured in this one run.
 
 1. Predictions per second with batched prediction vs one request per forward pass (GA3C's PPS
-   comparison), 16 actors x 1 env, training running as usual.
+   comparison), 16 actors x 1 env: (a) in a real training run, (b) prediction capacity, the
+   same pipeline with its batches taken and dropped instead of trained on (predictors alone).
 2. Agent steps/s trained: queues (recipe ga3c-pong-queues, tuning off) vs the local A2C learner
    (a2c-pong-local).
 3. Run-time tuning: the setting a tuned run ends on, measured statically, vs the best static
@@ -22,6 +23,7 @@ import itertools
 import json
 import statistics
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -69,6 +71,44 @@ def pps_section(steps: int, rounds: int, accel: str) -> dict:
             "latency_ms_batch_1": statistics.median(r["queues/latency_ms"] for r in got["batch_1"])}
 
 
+def pps_capacity(seconds: float, rounds: int, accel: str) -> dict:
+    """Predictions/s of the pipeline alone: batches are taken and dropped, nothing is trained."""
+    from rlkit.envs import env_spaces
+    from rlkit.models import ActorCritic
+    from rlkit.recipes import load_recipe, validate_options
+    from rlkit_queues import QueuesConfig
+    from rlkit_queues.communicator import _torch_dtype
+    from rlkit_queues.pipeline import Pipeline, Shape
+
+    recipe = load_recipe(PONG)
+    obs_space, action_space = env_spaces(recipe.env)
+    device = torch.device("cuda" if accel == "gpu" else "cpu")
+    model = ActorCritic(obs_space, action_space, recipe.model).to(device)
+    got: dict[str, list] = {"batched": [], "batch_1": []}
+    for _ in range(rounds):
+        for name, batch in (("batched", 128), ("batch_1", 1)):
+            o = validate_options(QueuesConfig, {"actors": 16, "envs_per_actor": 1, "tune": False,
+                                                "prediction_batch": batch}, "o")
+            shape = Shape(obs_space.shape, _torch_dtype(obs_space.dtype), (), "int64", recipe.env.num_envs)
+            pipe = Pipeline(recipe, o, shape, model, device, lambda: 0, seed=0).start()
+            try:
+                for _ in range(20):  # warm-up: actors started, caches filled
+                    pipe.next_batch()
+                pipe.stats.take()
+                start = time.perf_counter()
+                while time.perf_counter() - start < seconds:
+                    pipe.next_batch()
+                c = pipe.stats.take()
+                got[name].append((c["predictions"] / (time.perf_counter() - start),
+                                  c["predictions"] / max(1, c["forward_passes"])))
+            finally:
+                pipe.close()
+    b = statistics.median(x for x, _ in got["batched"])
+    one = statistics.median(x for x, _ in got["batch_1"])
+    return {"pps_batched": b, "pps_batch_1": one, "ratio": b / one,
+            "prediction_batch_batched": statistics.median(y for _, y in got["batched"])}
+
+
 def versus_local(steps: int, rounds: int, accel: str) -> dict:
     q, local = [], []
     for _ in range(rounds):
@@ -101,6 +141,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=16000, help="agent steps per measured run")
     p.add_argument("--tuned-steps", type=int, default=120000, help="agent steps of the tuned run")
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--seconds", type=float, default=20.0, help="seconds per prediction-capacity measurement")
+    p.add_argument("--only-capacity", action="store_true", help="only the prediction-capacity section")
     p.add_argument("--json")
     a = p.parse_args()
     accels = ["cpu"] + (["gpu"] if torch.cuda.is_available() else [])
@@ -108,10 +150,15 @@ def main() -> None:
         print("(gpu rows skipped: no CUDA device)")
     out = {}
     for accel in accels:
-        out[accel] = {"pps": pps_section(a.steps, a.rounds, accel), "vs_local": versus_local(a.steps, a.rounds, accel)}
+        out[accel] = {"pps_capacity": pps_capacity(a.seconds, a.rounds, accel)}
+        if a.only_capacity:
+            print(accel, json.dumps(out[accel], indent=1))
+            continue
+        out[accel].update(pps=pps_section(a.steps, a.rounds, accel), vs_local=versus_local(a.steps, a.rounds, accel))
         print(accel, json.dumps(out[accel], indent=1))
-    out["tuning"] = tuning_section(a.steps, a.tuned_steps)
-    print(json.dumps(out["tuning"], indent=1))
+    if not a.only_capacity:
+        out["tuning"] = tuning_section(a.steps, a.tuned_steps)
+        print(json.dumps(out["tuning"], indent=1))
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=2))
 

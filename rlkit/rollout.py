@@ -28,6 +28,14 @@ class Batch:
     scores: list = field(default_factory=list)  # raw scores of episodes that ended in the batch
     lengths: list = field(default_factory=list)
 
+    def to(self, device) -> "Batch":
+        """The batch with its tensors on ``device`` (the same object when they are there already)."""
+        if self.obs.device == torch.device(device):
+            return self
+        move = lambda t: t.to(device, non_blocking=True)  # noqa: E731
+        return Batch(move(self.obs), move(self.actions), move(self.rewards), move(self.dones), self.steps,
+                     self.scores, self.lengths)
+
 
 class EpisodeTracker:
     """Raw (unclipped) episode scores and lengths per env."""

@@ -144,7 +144,7 @@ class Pipeline:
         while len(self.trainers) < trainers:
             self.trainers.append(Trainer(len(self.trainers), self.shared, self.segments, self.batches,
                                          self.shape.columns, self.shape.action_shape, self.shape.action_dtype,
-                                         self.stats))
+                                         self.stats, pin=torch.device(self.device).type == "cuda"))
             self.trainers[-1].start()
         while len(self.trainers) > trainers:
             self._retire_trainer(self.trainers.pop())
@@ -197,7 +197,7 @@ class Pipeline:
 
     def __iter__(self):
         while True:
-            yield self.next_batch().batch
+            yield self.next_batch().batch.to(self.device)
 
     def next_batch(self) -> Assembled:
         try:

@@ -83,16 +83,17 @@ class Trainer(Worker):
     (a segment of E envs may be split over two batches) and frees each segment buffer once copied."""
 
     def __init__(self, index: int, shared: Shared, segments, out: queue.Queue, columns: int, action_shape,
-                 action_dtype, stats: "Stats"):
+                 action_dtype, stats: "Stats", pin: bool = False):
         super().__init__(f"rlkit-trainer-{index}")
         self.shared, self.segments, self.out, self.columns = shared, segments, out, columns
         self.action_shape, self.action_dtype, self.stats = action_shape, action_dtype, stats
+        self.pin = pin  # page-locked batches copy to the GPU asynchronously
         self._fresh()
 
     def _fresh(self) -> None:
         T = self.shared.obs.shape[2] - 1
         n = self.columns
-        self.obs = torch.empty((T + 1, n, *self.shared.obs.shape[4:]), dtype=self.shared.obs.dtype)
+        self.obs = torch.empty((T + 1, n, *self.shared.obs.shape[4:]), dtype=self.shared.obs.dtype, pin_memory=self.pin)
         self.actions = np.empty((T, n, *self.action_shape), dtype=self.action_dtype)
         self.rewards, self.dones = np.empty((T, n), np.float32), np.empty((T, n), np.float32)
         self.filled = 0
