@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -17,15 +18,25 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise UserError(f"checkpoint not found: {path}")
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns about pickle protocols before refusing
+            warnings.simplefilter("ignore")
+            ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        reason = str(exc).splitlines()[0][:200]
-        raise UserError(f"checkpoint {path}: refused by weights-only loading ({reason})") from None
+        raise UserError(f"checkpoint {path}: refused by weights-only loading: it holds pickled objects other than tensors and "
+                        f"plain data{_offender(exc)}; rlkit never runs code from a checkpoint") from None
     except Exception as exc:  # truncated file, not a zip/pickle at all, ...
         raise UserError(f"checkpoint {path}: not a readable torch checkpoint ({type(exc).__name__})") from None
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "recipe" not in ckpt.get("hyper_parameters", {}):
         raise UserError(f"checkpoint {path}: not an rlkit checkpoint (no state_dict / recipe)")
     return ckpt
+
+
+def _offender(exc: Exception) -> str:
+    """The global the unpickler refused, e.g. ' (posix.system)', when torch names it."""
+    import re
+
+    found = re.search(r"GLOBAL ([\w.]+)", str(exc)) or re.search(r"Unsupported global: ([\w.]+)", str(exc))
+    return f" ({found.group(1)})" if found else ""
 
 
 def recipe_of(ckpt: dict[str, Any]):

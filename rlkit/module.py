@@ -150,7 +150,14 @@ class ActorCriticModule(pl.LightningModule):
         mine[1:1 + n] = torch.tensor(batch.scores, dtype=mine.dtype)
         mine[1 + capacity:1 + capacity + n] = torch.tensor(batch.lengths, dtype=mine.dtype)
         rows = [torch.empty_like(mine) for _ in range(self.world_size)]
-        torch.distributed.all_gather(rows, mine)
+        try:
+            torch.distributed.all_gather(rows, mine)
+        except RuntimeError as exc:
+            from rlkit.strategies import first_line
+
+            lost = strategy.lost_peers() if hasattr(strategy, "lost_peers") else "a peer left"
+            raise RunFailed(f"learner {self.global_rank} lost its peers while sharing episode scores: {lost}; "
+                            f"the backend said: {first_line(exc)}") from None
         scores, lengths = [], []
         for row in torch.stack(rows).cpu().tolist():
             k = int(row[0])

@@ -46,7 +46,11 @@ def load_recipe(name: str, overrides: Iterable[str] = ()) -> RunConfig:
         text = path.read_text()
     except OSError as exc:
         raise UserError(f"cannot read recipe {path}: {exc.strerror}") from None
-    return build_config(_parse_yaml(text, path), list(overrides))
+    data = _parse_yaml(text, path)
+    if data is not None and not isinstance(data, dict):
+        raise UserError(f"recipe {path}: the top level must be a mapping of sections (env, algo, ...), "
+                        f"not a {type(data).__name__}")
+    return build_config(data, list(overrides))
 
 
 def build_config(data: Any, overrides: list[str]) -> RunConfig:

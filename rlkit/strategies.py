@@ -120,6 +120,21 @@ class LearnerProcesses(DDPStrategy):
 
     # -- end --------------------------------------------------------------------------------------
 
+    def launched(self) -> list[subprocess.Popen]:
+        """Launching process: the learner processes it started (ranks 1.. on this node); else []."""
+        return list(getattr(self._launcher, "procs", []) or [])
+
+    def lost_peers(self, wait_s: float = 3.0) -> str:
+        """After a failed collective: which launched learners have exited (the launching process
+        sees its children; a learner whose launcher died is ended by the kernel: die_with_parent)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            dead = [(rank, p.pid, p.poll()) for rank, p in enumerate(self.launched(), start=1) if p.poll() is not None]
+            if dead or time.monotonic() > deadline or not self.launched():
+                break
+            time.sleep(0.1)
+        return ", ".join(f"learner {r} (pid {pid}) exited with code {c}" for r, pid, c in dead) or "a peer left or timed out"
+
     def wait_for_children(self) -> list[tuple[int, int | None]]:
         """Launching process only: wait up to ``child_grace_s`` for the learner processes, kill any
         left. Returns (rank, return code) of each child; None = it had to be killed."""
@@ -172,6 +187,11 @@ def _raise_if_sigterm(trainer) -> None:
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
         raise SIGTERMException()
+
+
+def first_line(exc: BaseException, limit: int = 200) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:limit] if text else type(exc).__name__
 
 
 def single_device_strategy(accelerator: str):

@@ -107,3 +107,72 @@ def test_cartpole_allreduce_two_learners_solves_within_300k_total_steps(tmp_path
     result = json.loads((tmp_path / "solve" / "result.json").read_text())
     assert result["solved"] and result["score_mean"] >= 475, result
     assert result["agent_steps"] <= 300_000  # summed over both learners
+
+
+def test_a_dead_learner_stops_the_run_with_one_line_naming_it(tmp_path):
+    import signal
+    import time
+
+    from rlkit.testing import child_pids, processes_of_run
+
+    run_dir = tmp_path / "kill"
+    proc = subprocess.Popen([sys.executable, "-m", "rlkit.cli", "run", "a2c-cartpole-allreduce",
+                             "trainer.progress_bar=false", "logging.backends=[csv]", f"logging.root={tmp_path}",
+                             "logging.run_name=kill", "algo.stop_at_score=null"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, WANDB_MODE="offline"))
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # both learners are training
+            metrics = run_dir / "csv" / "metrics.csv"
+            if metrics.exists() and len(metrics.read_text().splitlines()) > 3:
+                break
+            time.sleep(0.5)
+        (victim,) = child_pids(proc.pid)
+        os.kill(victim, signal.SIGKILL)
+        killed = time.monotonic()
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err[-3000:]
+    assert time.monotonic() - killed < 60
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("rlkit: run failed:") and f"learner 1 (pid {victim}) exited with code -9" in last, err[-3000:]
+    assert "Traceback" not in err
+    assert not processes_of_run(run_dir)
+
+
+def test_two_nodes_on_loopback_train_and_exit_cleanly(tmp_path):
+    """The documented multi-node launch: one torchrun per node (here both on 127.0.0.1)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    nodes = [subprocess.Popen([torchrun, "--nnodes", "2", "--node_rank", str(rank), "--nproc_per_node", "1",
+                               "--master_addr", "127.0.0.1", "--master_port", str(port), "-m", "rlkit.cli", "run",
+                               "a2c-cartpole-allreduce", "trainer.num_nodes=2", "trainer.devices=1",
+                               "placement.learners=2", "trainer.torch_threads=1", "algo.total_steps=4000",
+                               "trainer.progress_bar=false", "logging.backends=[csv]", f"logging.root={tmp_path}",
+                               "logging.run_name=two-nodes"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                              env=dict(os.environ, WANDB_MODE="offline"))
+             for rank in (0, 1)]
+    outs = []
+    try:
+        for node in nodes:
+            outs.append(node.communicate(timeout=300))
+    finally:
+        for node in nodes:
+            if node.poll() is None:
+                node.kill()
+    for node, (_, err) in zip(nodes, outs):
+        assert node.returncode == 0, err[-3000:]
+    import json
+
+    result = json.loads((tmp_path / "two-nodes" / "result.json").read_text())
+    assert result["agent_steps"] == 4000 and result["updates"] == 100  # 2 learners x 4 envs x 5 steps per update
+    assert outs[0][0].count("agent steps") == 1 and "agent steps" not in outs[1][0]
+    assert (tmp_path / "two-nodes" / "checkpoints" / "last.ckpt").is_file()

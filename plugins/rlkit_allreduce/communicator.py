@@ -15,9 +15,9 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from rlkit.errors import UserError
+from rlkit.errors import RunFailed, UserError
 from rlkit.plugin import hookimpl
-from rlkit.strategies import LearnerProcesses
+from rlkit.strategies import LearnerProcesses, first_line
 from rlkit_allreduce.flat import flatten, unflatten_into
 
 
@@ -27,6 +27,7 @@ class AllreduceCommunicator:
         self.recipe = recipe
         self.comm_s = 0.0
         self.window_start = time.perf_counter()
+        self.strategy = None
 
     @hookimpl
     def rlkit_configure(self, run) -> None:
@@ -41,19 +42,28 @@ class AllreduceCommunicator:
         backend = self.options.backend
         if backend == "auto":
             backend = "gloo" if run.recipe.trainer.accelerator == "cpu" else "nccl"
-        return LearnerProcesses(process_group_backend=backend,
-                                        timeout=timedelta(seconds=self.options.timeout_s))
+        self.strategy = LearnerProcesses(process_group_backend=backend,
+                                         timeout=timedelta(seconds=self.options.timeout_s))
+        return self.strategy
 
     @hookimpl
     def rlkit_sync_gradients(self, run, module):
         grads = [p.grad for p in module.parameters() if p.grad is not None]
         start = time.perf_counter()
         flat = flatten(grads)
-        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        try:
+            dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        except (RuntimeError, dist.DistBackendError) as exc:
+            raise RunFailed(self._lost_peer(exc)) from None
         flat /= dist.get_world_size()
         unflatten_into(flat, grads)
         self.comm_s += time.perf_counter() - start
         return True
+
+    def _lost_peer(self, exc: BaseException) -> str:
+        lost = self.strategy.lost_peers() if self.strategy is not None else "a peer left"
+        return (f"allreduce: learner {dist.get_rank()} lost its peers in the all-reduce: {lost} "
+                f"(communication.options.timeout_s={self.options.timeout_s:g}); gloo/NCCL said: {first_line(exc)}")
 
     @hookimpl
     def rlkit_metrics(self, run, module):

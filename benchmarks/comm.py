@@ -1,0 +1,69 @@
+"""Communicators side by side on Pong, at 16 envs per learner, every number from this one run:
+local (1 learner), allreduce with 2 and 4 learners, gossip with 4 learners (GALA's ring).
+
+For each: aggregate agent steps/s over all learners, and the share of wall time and the time per
+update spent communicating (``comm/allreduce_frac`` / ``comm/allreduce_ms`` for allreduce,
+``comm/gossip_frac`` / ``comm/gossip_ms`` for gossip). Rounds alternate the configurations; each
+number is the median over a run's log rows after warm-up. Run it on an otherwise idle machine:
+another job's processes would take a share of the cores that grows with our process count.
+
+    python benchmarks/comm.py --json docs/benchmarks/bench-comm.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import tempfile
+from pathlib import Path
+
+from rlkit.run import train
+
+CONFIGS = {
+    "local x1": ("a2c-pong-local", []),
+    "allreduce x2": ("a2c-pong-allreduce", ["placement.learners=2", "trainer.devices=2"]),
+    "allreduce x4": ("a2c-pong-allreduce", ["placement.learners=4", "trainer.devices=4"]),
+    "gossip x4": ("gala-pong", ["placement.learners=4", "trainer.devices=4"]),
+}
+KEYS = ("sps", "comm/allreduce_frac", "comm/allreduce_ms", "comm/gossip_frac", "comm/gossip_ms")
+
+
+def measure(recipe: str, overrides: list[str], updates: int) -> dict[str, float]:
+    learners = next((int(o.split("=")[1]) for o in overrides if o.startswith("placement.learners=")), 1)
+    steps = learners * 16 * 5 * updates
+    with tempfile.TemporaryDirectory() as root:
+        train(recipe, [*overrides, f"algo.total_steps={steps}", "logging.backends=[csv]", f"logging.root={root}",
+                       "logging.run_name=bench", "trainer.progress_bar=false", "algo.stop_at_score=null",
+                       f"trainer.log_every_n_updates={max(1, updates // 8)}", "checkpoint.every_steps=1000000000000"])
+        rows = list(csv.DictReader(open(Path(root) / "bench" / "csv" / "metrics.csv")))
+    steady = rows[2:] or rows
+    return {k: statistics.median(float(r[k]) for r in steady if r.get(k)) for k in KEYS
+            if any(r.get(k) for r in steady)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--updates", type=int, default=80, help="updates per learner per measured run")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--json")
+    a = p.parse_args()
+    got: dict[str, list] = {name: [] for name in CONFIGS}
+    for _ in range(a.rounds):
+        for name, (recipe, overrides) in CONFIGS.items():
+            got[name].append(measure(recipe, overrides, a.updates))
+            print(name, got[name][-1], flush=True)
+    out = {name: {k: statistics.median(r[k] for r in runs if k in r) for k in KEYS if any(k in r for r in runs)}
+           for name, runs in got.items()}
+    base = out["local x1"]["sps"]
+    for name, r in out.items():
+        r["vs_local"] = r["sps"] / base
+    out["gossip_vs_allreduce_x4"] = out["gossip x4"]["sps"] / out["allreduce x4"]["sps"]
+    print(json.dumps(out, indent=1))
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
