@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
-import torch
 import torch.distributed as dist
 
 from rlkit.errors import RunFailed, UserError

@@ -10,8 +10,6 @@ same shape; GA3C instead sends a shorter segment at an episode end: the returns 
 
 from __future__ import annotations
 
-import math
-
 from rlkit.errors import UserError
 from rlkit.plugin import hookimpl
 from rlkit.strategies import single_device_strategy
@@ -70,5 +68,3 @@ def _torch_dtype(np_dtype):
 
     return torch.from_numpy(np.zeros(1, dtype=np_dtype)).dtype
 
-
-__all__ = ["QueuesCommunicator", "math"]

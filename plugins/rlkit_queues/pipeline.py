@@ -124,6 +124,7 @@ class Pipeline:
         self.tuning_log: list[str] = []
         self.last_health = 0.0
         self.warm = False
+        self.metrics_at: float | None = None
         self.closed = False
 
     # -- start and resize ------------------------------------------------------------------------
@@ -267,8 +268,8 @@ class Pipeline:
 
     def metrics(self) -> dict[str, float]:
         w, now = self.window, time.perf_counter()
-        elapsed = max(now - getattr(self, "_metrics_at", w.start), 1e-9)
-        self._metrics_at = now
+        elapsed = max(now - (self.metrics_at or w.start), 1e-9)
+        self.metrics_at = now
         c = self.stats.take()
         lat = sorted(w.latencies)
         out = {"queues/pps": c["predictions"] / elapsed, "queues/tps": w.batches / elapsed,
