@@ -21,6 +21,9 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="train with a recipe")
     run.add_argument("recipe", help="YAML path or bundled recipe name (see `rlkit recipes`)")
     run.add_argument("overrides", nargs="*", help="key=value recipe overrides, e.g. algo.lr=0.001")
+    res = sub.add_parser("resume", help="continue a run from its newest checkpoint")
+    res.add_argument("run_dir", help="the run's folder, e.g. runs/<name>")
+    res.add_argument("overrides", nargs="*", help="key=value changes, e.g. algo.total_steps=2000000")
     show = sub.add_parser("show", help="print the merged, validated recipe")
     show.add_argument("recipe")
     show.add_argument("overrides", nargs="*")
@@ -66,6 +69,15 @@ def _run(args) -> int:
 
     result = train(args.recipe, args.overrides)
     if result.is_global_zero:  # one summary per run, not per learner process
+        print(result.summary(_env_id(result.run_dir)))
+    return 0
+
+
+def _resume(args) -> int:
+    from rlkit.run import resume
+
+    result = resume(args.run_dir, args.overrides)
+    if result.is_global_zero:
         print(result.summary(_env_id(result.run_dir)))
     return 0
 
@@ -144,7 +156,7 @@ def _bench(args) -> int:
 
 
 _COMMANDS = {"run": _run, "show": _show, "plugins": _plugins, "recipes": _recipes,
-             "evaluate": _evaluate, "plot": _plot, "bench": _bench}
+             "evaluate": _evaluate, "resume": _resume, "plot": _plot, "bench": _bench}
 
 if __name__ == "__main__":
     sys.exit(main())

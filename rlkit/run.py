@@ -6,6 +6,7 @@ import json
 import logging
 import math
 import os
+import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -51,7 +52,33 @@ def prepare(recipe_name: str, overrides: Iterable[str], manager: RlkitPluginMana
     return cfg, spec, options
 
 
-def train(recipe_name: str, overrides: Iterable[str] = (), manager: RlkitPluginManager | None = None) -> RunResult:
+def resume(run_dir: str | Path, overrides: Iterable[str] = (), manager: RlkitPluginManager | None = None) -> RunResult:
+    """Continue the run in ``run_dir`` from its newest checkpoint: its recipe (plus ``overrides``),
+    parameters, optimizer and lr-schedule state, update and agent-step counters, score window,
+    plugin state, and the same W&B run. The environments start afresh (their state is not saved)."""
+    from rlkit.checkpoints import load_checkpoint
+    from rlkit.errors import UserError
+
+    run_dir = Path(run_dir)
+    if not (run_dir / "recipe.yaml").is_file():
+        raise UserError(f"resume: {run_dir} is not a run folder (no recipe.yaml)")
+    ckpts = sorted((run_dir / "checkpoints").glob("*.ckpt"), key=lambda p: p.stat().st_mtime)
+    if not ckpts:
+        raise UserError(f"resume: {run_dir} has no checkpoint to resume from (checkpoints/*.ckpt)")
+    for ckpt in reversed(ckpts):  # a run killed while writing its newest one falls back to the one before
+        try:
+            load_checkpoint(ckpt)
+            break
+        except UserError as exc:
+            if ckpt == ckpts[0]:
+                raise
+            print(f"rlkit: skipping {ckpt.name}: {exc}", file=sys.stderr)
+    placed = [f"logging.root={run_dir.parent}", f"logging.run_name={run_dir.name}"]
+    return train(str(run_dir / "recipe.yaml"), [*overrides, *placed], manager, resume_from=ckpt)
+
+
+def train(recipe_name: str, overrides: Iterable[str] = (), manager: RlkitPluginManager | None = None,
+          resume_from: Path | None = None) -> RunResult:
     manager = manager or build_plugin_manager()
     cfg, spec, options = prepare(recipe_name, list(overrides), manager)
     from rlkit.envs import env_spaces
@@ -67,7 +94,7 @@ def train(recipe_name: str, overrides: Iterable[str] = (), manager: RlkitPluginM
     try:
         hooks.configure()  # may still refuse the recipe: nothing is written before it agrees
         _write_run_dir(run)
-        return _fit(run, hooks, spaces)
+        return _fit(run, hooks, spaces, resume_from)
     except BaseException as exc:
         error = exc
         raise
@@ -78,7 +105,7 @@ def train(recipe_name: str, overrides: Iterable[str] = (), manager: RlkitPluginM
             os.environ.pop(RUN_DIR_ENV, None)
 
 
-def _fit(run: Run, hooks: RunHooks, spaces) -> RunResult:
+def _fit(run: Run, hooks: RunHooks, spaces, resume_from: Path | None = None) -> RunResult:
     import torch
 
     from rlkit.module import ActorCriticModule
@@ -88,10 +115,15 @@ def _fit(run: Run, hooks: RunHooks, spaces) -> RunResult:
     torch.set_num_threads(_torch_threads(cfg))
     torch.manual_seed(cfg.seed)
     module = ActorCriticModule(cfg, *spaces, hooks=hooks, recipe_dict=to_container(cfg))
-    trainer = build_trainer(run, hooks)
+    resume_step = None
+    if resume_from is not None:
+        from rlkit.checkpoints import load_checkpoint
+
+        resume_step = int(load_checkpoint(resume_from).get("global_step", 0))
+    trainer = build_trainer(run, hooks, resume_step)
     start = time.perf_counter()
     try:
-        trainer.fit(module)
+        trainer.fit(module, ckpt_path=None if resume_from is None else str(resume_from), weights_only=True)
     finally:
         _finish_loggers(trainer)
     result = _result(run, module, trainer.global_step, time.perf_counter() - start)
@@ -146,6 +178,9 @@ def _run_dir(cfg: RunConfig, recipe_name: str) -> Path:
 def _write_run_dir(run: Run) -> None:
     run.run_dir.mkdir(parents=True, exist_ok=True)
     (run.run_dir / "recipe.yaml").write_text(to_yaml(run.recipe))
+    id_file = run.run_dir / "wandb-id"
+    if not id_file.exists():  # one W&B run per run folder, continued on resume
+        id_file.write_text(datetime.now().strftime("%Y%m%d%H%M%S") + os.urandom(3).hex())
 
 
 def quiet_lightning() -> None:
@@ -154,7 +189,8 @@ def quiet_lightning() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
     # Warnings about choices rlkit makes on purpose (see docs/architecture.md).
     for pattern in (".*dataloader_iter.*", ".*ModelCheckpoint with manual optimization.*", ".*LeafSpec.*",
-                    ".*does not have many workers.*", ".*`IterableDataset` has `__len__`.*"):
+                    ".*does not have many workers.*", ".*`IterableDataset` has `__len__`.*",
+                    ".*exists and is not empty.*"):
         warnings.filterwarnings("ignore", message=pattern)
 
 
@@ -164,4 +200,4 @@ def checkpoint_every(cfg: RunConfig) -> int:
     return max(1, math.ceil(cfg.checkpoint.every_steps / per_update))
 
 
-__all__ = ["train", "prepare", "RunResult", "quiet_lightning"]
+__all__ = ["train", "resume", "prepare", "RunResult", "quiet_lightning"]

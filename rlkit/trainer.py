@@ -13,7 +13,7 @@ from rlkit.runhooks import RunHooks
 from rlkit.runtime import Run
 
 
-def build_trainer(run: Run, hooks: RunHooks) -> pl.Trainer:
+def build_trainer(run: Run, hooks: RunHooks, resume_step: int | None = None) -> pl.Trainer:
     from rlkit.run import checkpoint_every, quiet_lightning
 
     quiet_lightning()
@@ -30,7 +30,7 @@ def build_trainer(run: Run, hooks: RunHooks) -> pl.Trainer:
     return pl.Trainer(
         accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes, precision=t.precision,
         strategy=hooks.make_strategy(), max_steps=cfg.updates_per_learner(), max_epochs=-1,
-        logger=build_loggers(run), callbacks=callbacks, log_every_n_steps=1,
+        logger=build_loggers(run, resume_step), callbacks=callbacks, log_every_n_steps=1,
         enable_progress_bar=t.progress_bar, enable_model_summary=False, num_sanity_val_steps=0,
         use_distributed_sampler=False, default_root_dir=str(run.run_dir), benchmark=False)
 
@@ -57,7 +57,7 @@ def wandb_mode(configured: str) -> str:
     return "online" if "online" in (configured, env) else "offline"
 
 
-def build_loggers(run: Run) -> list:
+def build_loggers(run: Run, resume_step: int | None = None) -> list:
     from lightning.pytorch.loggers import CSVLogger
 
     cfg = run.recipe
@@ -65,7 +65,10 @@ def build_loggers(run: Run) -> list:
     loggers: list = []
     backends = list(log.backends)
     if "csv" in backends:
-        loggers.append(CSVLogger(save_dir=str(run.run_dir), name="csv", version=""))
+        csv_logger = CSVLogger(save_dir=str(run.run_dir), name="csv", version="")
+        if resume_step is not None:
+            _keep_csv_rows(csv_logger, resume_step)
+        loggers.append(csv_logger)
     if "tensorboard" in backends:
         from lightning.pytorch.loggers import TensorBoardLogger
 
@@ -74,10 +77,29 @@ def build_loggers(run: Run) -> list:
         from lightning.pytorch.loggers import WandbLogger
 
         mode = wandb_mode(log.wandb_mode)
+        id_file = run.run_dir / "wandb-id"
+        run_id = id_file.read_text().strip() if id_file.exists() else None
         loggers.append(WandbLogger(name=run.run_dir.name, project=log.project, save_dir=str(run.run_dir),
-                                   offline=mode == "offline", config=to_container(cfg),
-                                   settings=_wandb_settings()))
+                                   offline=mode == "offline", config=to_container(cfg), id=run_id,
+                                   resume="allow", settings=_wandb_settings()))
     return loggers
+
+
+def _keep_csv_rows(logger, before_step: int) -> None:
+    """Lightning's CSV writer deletes metrics.csv when it starts; a resumed run keeps the rows
+    logged before the checkpoint's update (later ones were logged after it and are redone)."""
+    import csv
+
+    path = Path(logger.log_dir) / "metrics.csv"
+    if not path.is_file():
+        return
+    with open(path, newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r.get("step") and int(float(r["step"])) <= before_step]
+    writer = logger.experiment  # created now: it deletes the file
+    if not rows or not hasattr(writer, "metrics_keys"):
+        return
+    writer.metrics = [{k: (int(float(v)) if k == "step" else float(v)) for k, v in r.items() if v != ""} for r in rows]
+    writer.save()
 
 
 def _wandb_settings():
