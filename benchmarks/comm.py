@@ -15,11 +15,12 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
-
-from rlkit.run import train
 
 CONFIGS = {
     "local x1": ("a2c-pong-local", []),
@@ -31,12 +32,16 @@ KEYS = ("sps", "comm/allreduce_frac", "comm/allreduce_ms", "comm/gossip_frac", "
 
 
 def measure(recipe: str, overrides: list[str], updates: int) -> dict[str, float]:
+    """One run through the CLI: Lightning launches further learners by re-running the command, so
+    multi-learner runs must start from ``rlkit run``, not from this script."""
     learners = next((int(o.split("=")[1]) for o in overrides if o.startswith("placement.learners=")), 1)
     steps = learners * 16 * 5 * updates
     with tempfile.TemporaryDirectory() as root:
-        train(recipe, [*overrides, f"algo.total_steps={steps}", "logging.backends=[csv]", f"logging.root={root}",
-                       "logging.run_name=bench", "trainer.progress_bar=false", "algo.stop_at_score=null",
-                       f"trainer.log_every_n_updates={max(1, updates // 8)}", "checkpoint.every_steps=1000000000000"])
+        subprocess.run([sys.executable, "-m", "rlkit.cli", "run", recipe, *overrides, f"algo.total_steps={steps}",
+                        "logging.backends=[csv]", f"logging.root={root}", "logging.run_name=bench",
+                        "trainer.progress_bar=false", "algo.stop_at_score=null",
+                        f"trainer.log_every_n_updates={max(1, updates // 8)}", "checkpoint.every_steps=1000000000000"],
+                       check=True, stdout=subprocess.DEVNULL, env=dict(os.environ, WANDB_MODE="disabled"))
         rows = list(csv.DictReader(open(Path(root) / "bench" / "csv" / "metrics.csv")))
     steady = rows[2:] or rows
     return {k: statistics.median(float(r[k]) for r in steady if r.get(k)) for k in KEYS
