@@ -53,11 +53,13 @@ def main() -> None:
     p.add_argument("--updates", type=int, default=80, help="updates per learner per measured run")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--json")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="recipe override for every configuration, e.g. trainer.accelerator=gpu")
     a = p.parse_args()
     got: dict[str, list] = {name: [] for name in CONFIGS}
     for _ in range(a.rounds):
         for name, (recipe, overrides) in CONFIGS.items():
-            got[name].append(measure(recipe, overrides, a.updates))
+            got[name].append(measure(recipe, [*overrides, *a.set], a.updates))
             print(name, got[name][-1], flush=True)
     out = {name: {k: statistics.median(r[k] for r in runs if k in r) for k in KEYS if any(k in r for r in runs)}
            for name, runs in got.items()}
