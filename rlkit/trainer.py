@@ -45,8 +45,11 @@ class FinalCheckpoint(Callback):
         trainer.save_checkpoint(self.dirpath / "last.ckpt")
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        if isinstance(exception, KeyboardInterrupt):
-            trainer.save_checkpoint(self.dirpath / "interrupted.ckpt")
+        """Written by rank 0 alone, with no collective: the other learners may be stuck in one (an
+        all-reduce rank 0 has left), and ``trainer.save_checkpoint``'s barrier would wait for them."""
+        if isinstance(exception, KeyboardInterrupt) and trainer.is_global_zero:
+            checkpoint = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
+            trainer.strategy.checkpoint_io.save_checkpoint(checkpoint, self.dirpath / "interrupted.ckpt")
 
 
 def wandb_mode(configured: str) -> str:
