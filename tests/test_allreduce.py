@@ -176,3 +176,19 @@ def test_two_nodes_on_loopback_train_and_exit_cleanly(tmp_path):
     assert result["agent_steps"] == 4000 and result["updates"] == 100  # 2 learners x 4 envs x 5 steps per update
     assert outs[0][0].count("agent steps") == 1 and "agent steps" not in outs[1][0]
     assert (tmp_path / "two-nodes" / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_two_learners_share_one_device(tmp_path):
+    """placement.learners_per_device: 2 learner processes on 1 device (gloo), gradients still averaged."""
+    import json
+
+    out = subprocess.run([sys.executable, "-m", "rlkit.cli", "run", "a2c-cartpole-allreduce", "trainer.devices=1",
+                          "placement.learners=2", "placement.learners_per_device=2", "algo.total_steps=8000",
+                          "trainer.progress_bar=false", "logging.backends=[csv]", f"logging.root={tmp_path}",
+                          "logging.run_name=shared"], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, WANDB_MODE="offline"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads((tmp_path / "shared" / "result.json").read_text())
+    assert result["agent_steps"] == 8000 and result["updates"] == 200  # 2 learners x 4 envs x 5 steps per update
+    rows = (tmp_path / "shared" / "csv" / "metrics.csv").read_text()
+    assert "comm/world_size" in rows.splitlines()[0] and ",2.0," in rows

@@ -48,6 +48,8 @@ CASES = [
     (["run", R, "communication.name=gossip"], "placement.learners"),
     (["run", R, "communication.name=allreduce", "communication.options.backend=mpi"],
      "communication.options.backend"),
+    (["run", "a2c-cartpole-allreduce", "trainer.accelerator=gpu", "trainer.devices=1",
+      "placement.learners_per_device=2"], "placement.learners_per_device"),
     (["run", "a2c-cartpole-queues", "communication.options.actors=0"], "communication.options.actors"),
     (["run", "a2c-cartpole-queues", "communication.options.actors=100"], "communication.options.actors"),
     (["run", "a2c-cartpole-queues", "communication.options.on_actor_failure=ignore"],

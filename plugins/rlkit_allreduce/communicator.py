@@ -30,18 +30,24 @@ class AllreduceCommunicator:
 
     @hookimpl
     def rlkit_configure(self, run) -> None:
-        t, learners = run.recipe.trainer, run.recipe.placement.learners
-        if learners != t.devices * t.num_nodes:
-            raise UserError(f"placement.learners: {learners} is not allowed with trainer.devices={t.devices} and "
-                            f"trainer.num_nodes={t.num_nodes}; allreduce runs one learner per device, so set "
-                            f"placement.learners = devices x num_nodes")
+        t, p = run.recipe.trainer, run.recipe.placement
+        if p.learners != t.devices * p.learners_per_device * t.num_nodes:
+            raise UserError(f"placement.learners: {p.learners} is not allowed with trainer.devices={t.devices}, "
+                            f"placement.learners_per_device={p.learners_per_device} and trainer.num_nodes="
+                            f"{t.num_nodes}; allreduce runs learners = devices x learners_per_device x num_nodes")
+        if p.learners_per_device > 1 and self._backend(run) == "nccl":
+            raise UserError(f"placement.learners_per_device: {p.learners_per_device} is not allowed with the nccl "
+                            "backend (NCCL refuses two ranks on one GPU); use 1, or communication.options.backend=gloo")
+
+    def _backend(self, run) -> str:
+        if self.options.backend != "auto":
+            return self.options.backend
+        return "gloo" if run.recipe.trainer.accelerator == "cpu" else "nccl"
 
     @hookimpl
     def rlkit_make_strategy(self, run):
-        backend = self.options.backend
-        if backend == "auto":
-            backend = "gloo" if run.recipe.trainer.accelerator == "cpu" else "nccl"
-        self.strategy = LearnerProcesses(process_group_backend=backend,
+        self.strategy = LearnerProcesses(process_group_backend=self._backend(run),
+                                         learners_per_device=run.recipe.placement.learners_per_device,
                                          timeout=timedelta(seconds=self.options.timeout_s))
         return self.strategy
 
