@@ -121,6 +121,18 @@ def processes_of_run(run_dir: Path) -> list[int]:
     return found
 
 
+def wait_for_log_rows(run_dir: Path, rows: int, timeout_s: float = 120.0) -> None:
+    """Wait until the run's CSV log holds more than ``rows`` lines (its learners are training)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    metrics = Path(run_dir) / "csv" / "metrics.csv"
+    while time.monotonic() < deadline:
+        if metrics.exists() and len(metrics.read_text().splitlines()) > rows:
+            return
+        time.sleep(0.5)
+
+
 def quick_overrides(tmp_path: Path, steps: int = 2000) -> list[str]:
     return [f"algo.total_steps={steps}", "trainer.progress_bar=false", "logging.backends=[csv]",
             f"logging.root={tmp_path}", "logging.run_name=conformance", "trainer.log_every_n_updates=10"]

@@ -113,7 +113,7 @@ def test_a_dead_learner_stops_the_run_with_one_line_naming_it(tmp_path):
     import signal
     import time
 
-    from rlkit.testing import child_pids, processes_of_run
+    from rlkit.testing import child_pids, processes_of_run, wait_for_log_rows
 
     run_dir = tmp_path / "kill"
     proc = subprocess.Popen([sys.executable, "-m", "rlkit.cli", "run", "a2c-cartpole-allreduce",
@@ -122,12 +122,7 @@ def test_a_dead_learner_stops_the_run_with_one_line_naming_it(tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, WANDB_MODE="offline"))
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:  # both learners are training
-            metrics = run_dir / "csv" / "metrics.csv"
-            if metrics.exists() and len(metrics.read_text().splitlines()) > 3:
-                break
-            time.sleep(0.5)
+        wait_for_log_rows(run_dir, 3)  # both learners are training
         (victim,) = child_pids(proc.pid)
         os.kill(victim, signal.SIGKILL)
         killed = time.monotonic()

@@ -1,6 +1,5 @@
 """Ctrl-C (SIGINT to the process the user started) during a run of each landed communicator: a
-checkpoint is on disk, the exit code is 1, and no process of the run is alive 10 s later.
-(queues has the same test in tests/test_queues_run.py.)"""
+checkpoint is on disk, the exit code is 1, and no process of the run is alive 10 s later."""
 
 import os
 import signal
@@ -10,10 +9,11 @@ import time
 
 import pytest
 
-from rlkit.testing import processes_of_run
+from rlkit.testing import processes_of_run, wait_for_log_rows
 
 
-@pytest.mark.parametrize("recipe", ["a2c-cartpole-local", "a2c-cartpole-allreduce", "a2c-cartpole-gossip"])
+@pytest.mark.parametrize("recipe", ["a2c-cartpole-local", "a2c-cartpole-allreduce", "a2c-cartpole-gossip",
+                                    "a2c-cartpole-queues"])
 def test_ctrl_c_checkpoints_and_stops_every_process(recipe, tmp_path):
     run_dir = tmp_path / "stop"
     proc = subprocess.Popen([sys.executable, "-m", "rlkit.cli", "run", recipe, "trainer.progress_bar=false",
@@ -22,12 +22,7 @@ def test_ctrl_c_checkpoints_and_stops_every_process(recipe, tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, WANDB_MODE="offline"))
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:  # every learner is training
-            metrics = run_dir / "csv" / "metrics.csv"
-            if metrics.exists() and len(metrics.read_text().splitlines()) > 5:
-                break
-            time.sleep(0.5)
+        wait_for_log_rows(run_dir, 5)
         proc.send_signal(signal.SIGINT)
         sent = time.monotonic()
         proc.communicate(timeout=60)
