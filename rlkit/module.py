@@ -32,6 +32,7 @@ class ActorCriticModule(pl.LightningModule):
         self.model = ActorCritic(obs_space, action_space, recipe.model)
         self.frames_per_step = recipe.env.atari.frameskip if is_atari(recipe.env.id) else 1
         self.agent_steps = 0  # this learner's
+        self.learner_finals: dict[int, dict] = {}  # learner 0 of independent learners: every learner's end
         self.recent_scores: collections.deque = collections.deque(maxlen=recipe.algo.score_window)
         self._source: Any = None
         self._window = _Window()
@@ -54,7 +55,13 @@ class ActorCriticModule(pl.LightningModule):
     def teardown(self, stage: str) -> None:
         if getattr(self, "_started", False):
             self._started = False
+            strategy = self.trainer.strategy
+            independent = getattr(strategy, "independent", False) and self.world_size > 1
+            if independent:
+                strategy.publish_final(self.final_summary())
             self.hooks.learner_end(self)
+            if independent and self.global_rank == 0:  # the communicator has waited for the others
+                self.learner_finals = strategy.gather_finals()
         close = getattr(self._source, "close", None)
         if close is not None:
             close()
@@ -129,6 +136,11 @@ class ActorCriticModule(pl.LightningModule):
     def total_agent_steps(self) -> int:
         """Agent steps summed over learners (learners advance in step with each other)."""
         return self.agent_steps * self.recipe.placement.learners
+
+    def final_summary(self) -> dict:
+        """This learner's end-of-run numbers: agent steps and its score window."""
+        return {"agent_steps": self.agent_steps, "scores": list(self.recent_scores),
+                "window": self.recent_scores.maxlen}
 
     def _account(self, batch: Batch) -> None:
         self.agent_steps += batch.steps

@@ -35,10 +35,16 @@ class RunResult:
     seconds: float
     solved: bool | None
     is_global_zero: bool = True
+    # independent learners (gossip): each learner's end, [{learner, agent_steps, score_mean, episodes}]
+    learners: list[dict] | None = None
 
     def summary(self, env_id: str) -> str:
         score = "no episode finished" if self.score_mean is None else (
             f"mean raw score over the last {self.episodes_in_mean} episodes = {self.score_mean:.1f}")
+        if self.learners and self.score_mean is not None:
+            best = max((x for x in self.learners if x["score_mean"] is not None), key=lambda x: x["score_mean"])
+            score += (f" ({len(self.learners)} learners' windows; best learner {best['learner']}: "
+                      f"{best['score_mean']:.1f})")
         verdict = "" if self.solved is None else (" (target reached)" if self.solved else " (target NOT reached)")
         return (f"{env_id}: {score}{verdict} after {self.agent_steps:,} agent steps "
                 f"({self.frames:,} frames, {self.updates:,} updates) in {self.seconds:.0f} s; run in {self.run_dir}")
@@ -144,13 +150,24 @@ def _finish_loggers(trainer) -> None:
 
 
 def _result(run: Run, module, updates: int, seconds: float) -> RunResult:
-    scores = list(module.recent_scores)
-    mean = sum(scores) / len(scores) if scores else None
     target = run.recipe.algo.stop_at_score
     steps = module.total_agent_steps()
-    solved = None if target is None else bool(mean is not None and len(scores) == module.recent_scores.maxlen
-                                              and mean >= target)
-    return RunResult(run.run_dir, steps, steps * module.frames_per_step, updates, mean, len(scores), seconds, solved)
+    finals = module.learner_finals or {0: module.final_summary()}
+    learners = [{"learner": r, "agent_steps": f["agent_steps"], "score_mean": _mean(f["scores"]),
+                 "episodes": len(f["scores"])} for r, f in sorted(finals.items())]
+    if module.learner_finals and len(finals) == run.recipe.placement.learners:
+        steps = sum(f["agent_steps"] for f in finals.values())  # independent learners: what each one did
+    scores = [s for f in finals.values() for s in f["scores"]]
+    # the run stops when one learner's full window reaches the target (independent learners) or
+    # the shared window does (one learner, or learners that step together)
+    solved = None if target is None else any(len(f["scores"]) == f["window"] and _mean(f["scores"]) >= target
+                                             for f in finals.values())
+    return RunResult(run.run_dir, steps, steps * module.frames_per_step, updates, _mean(scores), len(scores),
+                     seconds, solved, learners=learners if module.learner_finals else None)
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
 
 
 def _jsonable(result: RunResult) -> dict:

@@ -18,6 +18,7 @@ ranks, process group) without the DDP wrapper, so the communicator owns every ex
 from __future__ import annotations
 
 import ctypes
+import json
 import logging
 import os
 import signal
@@ -36,6 +37,7 @@ from lightning.pytorch.strategies.launchers.subprocess_script import (_Subproces
 log = logging.getLogger("rlkit")
 
 STOP_KEY = "rlkit/stop"
+FINAL_KEY = "rlkit/final/{rank}"
 _DECISION_POLL_S = 0.25
 
 
@@ -119,6 +121,26 @@ class LearnerProcesses(DDPStrategy):
         return bool(decision) or self._stop_seen
 
     # -- end --------------------------------------------------------------------------------------
+
+    def publish_final(self, summary: dict) -> None:
+        """Independent learners: leave this learner's end-of-run numbers in the store for learner 0
+        (set before the learner leaves, so learner 0 finds it once the communicator saw it go)."""
+        store = default_store()
+        if self.independent and store is not None:
+            store.set(FINAL_KEY.format(rank=self.global_rank), json.dumps(summary))
+
+    def gather_finals(self) -> dict[int, dict]:
+        """Learner 0: the end-of-run numbers every learner has published so far (no waiting; a
+        learner that died before its end is missing)."""
+        store = default_store()
+        if not self.independent or store is None:
+            return {}
+        out = {}
+        for rank in range(self.world_size):
+            key = FINAL_KEY.format(rank=rank)
+            if store.check([key]):
+                out[rank] = json.loads(store.get(key))
+        return out
 
     def launched(self) -> list[subprocess.Popen]:
         """Launching process: the learner processes it started (ranks 1.. on this node); else []."""
