@@ -62,6 +62,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("rlkit: interrupted", file=sys.stderr)
         return 130
+    except SystemExit as exc:
+        if type(exc).__name__ != "SIGTERMException":  # Lightning's graceful SIGTERM stop
+            raise
+        print("rlkit: stopped by SIGTERM (checkpoints/interrupted.ckpt written)", file=sys.stderr)
+        return 1
 
 
 def _run(args) -> int:

@@ -75,6 +75,9 @@ class AlgoConfig:
     clip_rewards: bool = opt(False, "learn on sign(reward); scores are always reported raw")
     stop_at_score: Optional[float] = opt(None, "stop once the mean raw score over score_window reaches this")
     score_window: int = opt(20, "episodes in the running mean score", ge=1)
+    on_nonfinite: str = opt("stop", "a NaN/inf loss or gradient norm: stop the run (parameters not updated, the last "
+                            "good checkpoint kept) or skip that update (a run of 100 in a row stops it)",
+                            choices=("stop", "skip"))
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import math
+import sys
 import time
 from typing import Any, Iterator
 
@@ -19,6 +20,8 @@ from rlkit.losses import a2c_loss, normalize, returns_and_advantages
 from rlkit.models import ActorCritic
 from rlkit.rollout import Batch
 
+MAX_NONFINITE_IN_A_ROW = 100
+
 
 class ActorCriticModule(pl.LightningModule):
     def __init__(self, recipe: RunConfig, obs_space: spaces.Space, action_space: spaces.Space,
@@ -32,6 +35,7 @@ class ActorCriticModule(pl.LightningModule):
         self.model = ActorCritic(obs_space, action_space, recipe.model)
         self.frames_per_step = recipe.env.atari.frameskip if is_atari(recipe.env.id) else 1
         self.agent_steps = 0  # this learner's
+        self.nonfinite_skipped = self.nonfinite_in_a_row = 0
         self.learner_finals: dict[int, dict] = {}  # learner 0 of independent learners: every learner's end
         self.recent_scores: collections.deque = collections.deque(maxlen=recipe.algo.score_window)
         self._source: Any = None
@@ -87,14 +91,14 @@ class ActorCriticModule(pl.LightningModule):
         # collected with the parameters of the previous update, as A2C requires.
         batch, _, _ = next(dataloader_iter)
         losses = self.compute_loss(batch)
-        if not torch.isfinite(losses.total):
-            raise RunFailed(f"loss is {losses.total.item()} at update {self.global_step + 1}; "
-                            "the last good checkpoint is kept")
         opt = self.optimizers()
         opt.zero_grad(set_to_none=True)
         self.manual_backward(losses.total)
         self.hooks.sync_gradients(self)
         grad_norm = self._clip_gradients()
+        if not self._finite(losses.total, grad_norm):
+            self._account(batch)  # the env steps happened; the update did not
+            return
         opt.step()
         self.lr_schedulers().step()
         update = self.global_step
@@ -103,6 +107,25 @@ class ActorCriticModule(pl.LightningModule):
         if update % self.recipe.trainer.log_every_n_updates == 0 or update == 1:
             self._log_metrics(losses, grad_norm)
         self._maybe_stop()
+
+    def _finite(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> bool:
+        """False (after stopping or counting a skip, per ``algo.on_nonfinite``) when the loss or the
+        gradient norm is NaN/inf. Checked after the gradient exchange, so learners that share
+        gradients see the same norm and decide alike; the parameters are untouched either way."""
+        if bool(torch.isfinite(loss) & torch.isfinite(grad_norm)):
+            self.nonfinite_in_a_row = 0
+            return True
+        self.nonfinite_skipped += 1
+        self.nonfinite_in_a_row += 1
+        what = f"loss {loss.item()}, gradient norm {grad_norm.item()} at update {self.global_step + 1}"
+        if self.recipe.algo.on_nonfinite == "stop" or self.nonfinite_in_a_row >= MAX_NONFINITE_IN_A_ROW:
+            why = ("" if self.recipe.algo.on_nonfinite == "stop"
+                   else f"{MAX_NONFINITE_IN_A_ROW} non-finite updates in a row; last: ")
+            raise RunFailed(f"learner {self.global_rank}: {why}{what}; the parameters were not updated and the "
+                            "last good checkpoint is kept (algo.on_nonfinite=skip skips such updates)")
+        if self.nonfinite_in_a_row == 1:
+            print(f"rlkit: learner {self.global_rank}: skipped an update ({what})", file=sys.stderr, flush=True)
+        return False
 
     def compute_loss(self, batch: Batch):
         """One forward pass over s_0..s_T: the values of s_0..s_{T-1} are the critic's predictions,
@@ -185,6 +208,8 @@ class ActorCriticModule(pl.LightningModule):
             "loss/value": losses.value.item(), "loss/entropy": losses.entropy.item(),
             "grad_norm": grad_norm.item(), "lr": self.optimizers().param_groups[0]["lr"],
         }
+        if self.nonfinite_skipped:
+            metrics["nonfinite/skipped"] = float(self.nonfinite_skipped)
         metrics.update(self._window.flush(self.recipe.placement.learners, self.frames_per_step))
         if self.recent_scores:
             metrics["score_mean"] = sum(self.recent_scores) / len(self.recent_scores)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rlkit.plugin import hookimpl
+from rlkit.processes import child_pids, processes_of_run  # noqa: F401  (re-exported for tests)
 
 QUICK_RECIPE = "a2c-cartpole-local"
 
@@ -80,45 +81,6 @@ class RecordingPlugin:
             if not out or out[-1] != name:
                 out.append(name)
         return out
-
-
-def child_pids(pid: int | None = None) -> set[int]:
-    """Live child processes of ``pid`` (default: this process), read from /proc."""
-    pid = os.getpid() if pid is None else pid
-    children = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z" and not _interpreter_helper(entry):
-            children.add(int(entry.name))
-    return children
-
-
-def _interpreter_helper(proc: Path) -> bool:
-    """multiprocessing's resource tracker: one per interpreter, started by the first queue or
-    lock a run makes and ended with the interpreter, not with the run."""
-    try:
-        return b"multiprocessing.resource_tracker" in (proc / "cmdline").read_bytes()
-    except OSError:
-        return False
-
-
-def processes_of_run(run_dir: Path) -> list[int]:
-    """Pids of live processes started for the run in ``run_dir`` (they carry RLKIT_RUN_DIR)."""
-    marker = f"RLKIT_RUN_DIR={run_dir}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker in (entry / "environ").read_bytes().split(b"\0"):
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
 
 
 def wait_for_log_rows(run_dir: Path, rows: int, timeout_s: float = 120.0) -> None:

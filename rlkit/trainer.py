@@ -8,6 +8,7 @@ from pathlib import Path
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint, RichProgressBar
 
+from rlkit.processes import exit_at_once_on_next_interrupt
 from rlkit.recipes import to_container
 from rlkit.runhooks import RunHooks
 from rlkit.runtime import Run
@@ -36,7 +37,9 @@ def build_trainer(run: Run, hooks: RunHooks, resume_step: int | None = None) -> 
 
 
 class FinalCheckpoint(Callback):
-    """``last.ckpt`` at the end of training, and ``interrupted.ckpt`` on Ctrl-C."""
+    """``last.ckpt`` at the end of training, and ``interrupted.ckpt`` on Ctrl-C or SIGTERM (the
+    graceful stop). Lightning ignores further Ctrl-Cs while it shuts down; a second Ctrl-C kills
+    the run's processes and exits at once (code 130) instead."""
 
     def __init__(self, dirpath: Path):
         self.dirpath = Path(dirpath)
@@ -45,11 +48,22 @@ class FinalCheckpoint(Callback):
         trainer.save_checkpoint(self.dirpath / "last.ckpt")
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        """Written by rank 0 alone, with no collective: the other learners may be stuck in one (an
-        all-reduce rank 0 has left), and ``trainer.save_checkpoint``'s barrier would wait for them."""
-        if isinstance(exception, KeyboardInterrupt) and trainer.is_global_zero:
-            checkpoint = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
-            trainer.strategy.checkpoint_io.save_checkpoint(checkpoint, self.dirpath / "interrupted.ckpt")
+        """Lightning calls no teardown hook of the module when training raises, so the learner's end
+        (communicator's learner_end, env workers and actors closed) happens here, for every error.
+
+        The checkpoint is written by rank 0 alone, with no collective: the other learners may be
+        stuck in one (an all-reduce rank 0 has left), and ``trainer.save_checkpoint``'s barrier
+        would wait for them."""
+        from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+        try:
+            if isinstance(exception, (KeyboardInterrupt, SIGTERMException)):
+                exit_at_once_on_next_interrupt()
+                if trainer.is_global_zero:
+                    checkpoint = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
+                    trainer.strategy.checkpoint_io.save_checkpoint(checkpoint, self.dirpath / "interrupted.ckpt")
+        finally:
+            pl_module.teardown("fit")
 
 
 def wandb_mode(configured: str) -> str:

@@ -1,0 +1,76 @@
+"""The processes of a run, read from /proc (Linux): children, descendants, and every process that
+carries the run's RLKIT_RUN_DIR; and the last-resort exit of a second Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+
+def child_pids(pid: int | None = None) -> set[int]:
+    """Live child processes of ``pid`` (default: this process), read from /proc."""
+    pid = os.getpid() if pid is None else pid
+    children = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z" and not _interpreter_helper(entry):
+            children.add(int(entry.name))
+    return children
+
+
+def _interpreter_helper(proc: Path) -> bool:
+    """multiprocessing's resource tracker: one per interpreter, started by the first queue or
+    lock a run makes and ended with the interpreter, not with the run."""
+    try:
+        return b"multiprocessing.resource_tracker" in (proc / "cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def processes_of_run(run_dir: Path) -> list[int]:
+    """Pids of live processes started for the run in ``run_dir`` (they carry RLKIT_RUN_DIR)."""
+    marker = f"RLKIT_RUN_DIR={run_dir}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker in (entry / "environ").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def descendants(pid: int | None = None) -> list[int]:
+    """Every live process below ``pid`` (default: this process), children before grandchildren."""
+    found, frontier = [], [os.getpid() if pid is None else pid]
+    while frontier:
+        kids = sorted(set().union(*(child_pids(p) for p in frontier)))
+        found += kids
+        frontier = kids
+    return found
+
+
+def exit_at_once_on_next_interrupt(code: int = 130) -> None:
+    """From now on a Ctrl-C (SIGINT) kills every process below this one and exits at once with
+    ``code``, skipping whatever shutdown is under way. Installed when the first Ctrl-C starts the
+    graceful stop, so that a second one is never ignored."""
+
+    def _handler(signum, frame):
+        for pid in reversed(descendants()):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        print("rlkit: second interrupt: stopped at once (no checkpoint beyond the one already written)",
+              file=sys.stderr, flush=True)
+        os._exit(code)
+
+    signal.signal(signal.SIGINT, _handler)
