@@ -1,7 +1,7 @@
 """Soak: one long CPU run through the CLI, its resources sampled every minute.
 
-Every process of the run (learners, env workers, actors: each carries RLKIT_RUN_DIR) is read from
-/proc once a minute: resident memory (VmRSS, summed over the processes; shared pages count once per
+Every process of the run (the CLI process and every process below it: learners, env workers,
+actors, forkserver) is read from /proc once a minute: resident memory (VmRSS, summed over the processes; shared pages count once per
 process that maps them, the same way in every sample), open file descriptors, threads and the
 number of processes. After the warm-up the run must not grow: the summary gives each quantity's
 change from the first sample after warm-up to the last, and the largest sample after warm-up.
@@ -22,14 +22,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from rlkit.testing import processes_of_run
+from rlkit.processes import descendants, processes_of_run
 
 FIELDS = ["minute", "agent_steps", "processes", "rss_mb", "fds", "threads"]
 
 
-def sample(run_dir: Path) -> dict[str, float]:
+def sample(root_pid: int) -> dict[str, float]:
     rss_kb, fds, threads, procs = 0, 0, 0, 0
-    for pid in processes_of_run(run_dir):
+    for pid in [root_pid, *descendants(root_pid)]:
         try:
             status = Path(f"/proc/{pid}/status").read_text()
             fds += len(list(Path(f"/proc/{pid}/fd").iterdir()))
@@ -60,15 +60,15 @@ def soak(recipe: str, minutes: int, warmup: int, overrides: list[str]) -> dict:
         rows = []
         try:
             start = time.monotonic()
-            for minute in range(minutes + 1):
+            for minute in range(1, minutes + 1):
                 time.sleep(max(0.0, start + 60 * minute - time.monotonic()))
                 if proc.poll() is not None:
                     raise SystemExit(f"soak: the run ended early (code {proc.returncode}): {proc.stderr.read()[-2000:]}")
-                row = {"minute": minute, "agent_steps": agent_steps(run_dir), **sample(run_dir)}
+                row = {"minute": minute, "agent_steps": agent_steps(run_dir), **sample(proc.pid)}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
         finally:
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(signal.SIGTERM)  # SIGINT is ignored when started in the background
             try:
                 proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
@@ -76,7 +76,7 @@ def soak(recipe: str, minutes: int, warmup: int, overrides: list[str]) -> dict:
         left = processes_of_run(run_dir)
     after = [r for r in rows if r["minute"] >= warmup]
     summary = {"recipe": recipe, "minutes": minutes, "warmup_minutes": warmup, "overrides": overrides,
-               "agent_steps": rows[-1]["agent_steps"], "exit_code_after_sigint": proc.returncode,
+               "agent_steps": rows[-1]["agent_steps"], "exit_code_after_sigterm": proc.returncode,
                "processes_left": len(left)}
     for key in ("rss_mb", "fds", "threads", "processes"):
         first, last = after[0][key], after[-1][key]

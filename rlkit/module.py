@@ -13,6 +13,7 @@ import lightning.pytorch as pl
 import torch
 from gymnasium import spaces
 
+from rlkit import rng
 from rlkit.config import RunConfig
 from rlkit.envs import is_atari
 from rlkit.errors import RunFailed
@@ -36,6 +37,7 @@ class ActorCriticModule(pl.LightningModule):
         self.frames_per_step = recipe.env.atari.frameskip if is_atari(recipe.env.id) else 1
         self.agent_steps = 0  # this learner's
         self.nonfinite_skipped = self.nonfinite_in_a_row = 0
+        self._resumed_at = 0  # the update a resumed run continues from
         self.learner_finals: dict[int, dict] = {}  # learner 0 of independent learners: every learner's end
         self.recent_scores: collections.deque = collections.deque(maxlen=recipe.algo.score_window)
         self._source: Any = None
@@ -44,7 +46,15 @@ class ActorCriticModule(pl.LightningModule):
     # -- data ---------------------------------------------------------------------------------
 
     def env_seed(self) -> int:
-        return self.recipe.seed + 10_000 * self.global_rank
+        """Per learner; a resumed run's envs get new seeds (they restart, and should not replay the
+        episodes the run began with)."""
+        return self.recipe.seed + 10_000 * self.global_rank + 7_919 * self._resumed_at
+
+    def setup(self, stage: str) -> None:
+        # Every process built the same initial model from recipe.seed; from here each learner
+        # samples its own actions (learner 0 keeps the stream it had).
+        if self.global_rank > 0:
+            torch.manual_seed(self.env_seed())
 
     def train_dataloader(self):
         self._source = self.hooks.make_rollout_source(self)
@@ -231,13 +241,22 @@ class ActorCriticModule(pl.LightningModule):
         self.trainer.should_stop = self.trainer.strategy.reduce_boolean_decision(reached, all=False)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["rlkit"] = {"agent_steps": self.agent_steps, "recent_scores": list(self.recent_scores),
+        checkpoint["rlkit"] = {"learner": self.global_rank, "agent_steps": self.agent_steps,
+                               "recent_scores": list(self.recent_scores), "rng": rng.capture(),
+                               "nonfinite_skipped": self.nonfinite_skipped,
                                "plugins": self.hooks.state_dict(self) if self.hooks else {}}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         state = checkpoint.get("rlkit", {})
         self.agent_steps = int(state.get("agent_steps", 0))
+        self.recent_scores.clear()
         self.recent_scores.extend(state.get("recent_scores", []))
+        self.nonfinite_skipped = int(state.get("nonfinite_skipped", 0))
+        self._resumed_at = int(checkpoint.get("global_step", 0))
+        if "rng" in state and state.get("learner", 0) == self.global_rank:
+            rng.restore(state["rng"])
+        else:  # another learner's checkpoint: not its random stream
+            torch.manual_seed(self.env_seed())
         if self.hooks:
             self.hooks.load_state_dict(self, state.get("plugins", {}))
 

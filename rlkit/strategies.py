@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -119,6 +120,40 @@ class LearnerProcesses(DDPStrategy):
             self._last_poll = now
             self._stop_seen = store.check([STOP_KEY])
         return bool(decision) or self._stop_seen
+
+    # -- checkpoints ------------------------------------------------------------------------------
+    # Independent learners each have their own parameters, optimizer, counters and communicator
+    # state: learner r > 0 keeps its checkpoints in checkpoints/learner<r>/ (same names, its own
+    # update numbers), and on resume takes its own newest one (else learner 0's).
+
+    def _own_path(self, filepath) -> Path:
+        path = Path(filepath)
+        return path.parent / f"learner{self.global_rank}" / path.name
+
+    def _keeps_own(self) -> bool:
+        return self.independent and self.global_rank != 0
+
+    def save_checkpoint(self, checkpoint, filepath, storage_options=None) -> None:
+        if self._keeps_own():
+            self.checkpoint_io.save_checkpoint(checkpoint, self._own_path(filepath), storage_options=storage_options)
+        else:
+            super().save_checkpoint(checkpoint, filepath, storage_options=storage_options)
+
+    def remove_checkpoint(self, filepath) -> None:
+        if self._keeps_own():
+            self.checkpoint_io.remove_checkpoint(self._own_path(filepath))
+        else:
+            super().remove_checkpoint(filepath)
+
+    def load_checkpoint(self, checkpoint_path, weights_only=None):
+        if self._keeps_own():
+            own = sorted(self._own_path(checkpoint_path).parent.glob("*.ckpt"), key=lambda p: p.stat().st_mtime)
+            for path in reversed(own):  # one cut short by a kill falls back to the one before
+                try:
+                    return super().load_checkpoint(path, weights_only=weights_only)
+                except Exception as exc:
+                    log.warning("learner %d: skipping %s: %s", self.global_rank, path, first_line(exc))
+        return super().load_checkpoint(checkpoint_path, weights_only=weights_only)
 
     # -- end --------------------------------------------------------------------------------------
 

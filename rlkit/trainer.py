@@ -51,17 +51,18 @@ class FinalCheckpoint(Callback):
         """Lightning calls no teardown hook of the module when training raises, so the learner's end
         (communicator's learner_end, env workers and actors closed) happens here, for every error.
 
-        The checkpoint is written by rank 0 alone, with no collective: the other learners may be
-        stuck in one (an all-reduce rank 0 has left), and ``trainer.save_checkpoint``'s barrier
-        would wait for them."""
+        The checkpoint is written with no collective, by rank 0 (and by each independent learner,
+        into its own folder): the other learners may be stuck in one (an all-reduce rank 0 has
+        left), and ``trainer.save_checkpoint``'s barrier would wait for them."""
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
         try:
             if isinstance(exception, (KeyboardInterrupt, SIGTERMException)):
                 exit_at_once_on_next_interrupt()
-                if trainer.is_global_zero:
+                strategy = trainer.strategy
+                if trainer.is_global_zero or getattr(strategy, "independent", False):  # each its own
                     checkpoint = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
-                    trainer.strategy.checkpoint_io.save_checkpoint(checkpoint, self.dirpath / "interrupted.ckpt")
+                    strategy.save_checkpoint(checkpoint, self.dirpath / "interrupted.ckpt")
         finally:
             pl_module.teardown("fit")
 

@@ -1,5 +1,5 @@
 """Resume: a CartPole run killed with SIGKILL continues from its newest checkpoint with the same
-update counter, agent steps, optimizer state and parameters, and goes on to solve."""
+update counter, agent steps, optimizer state, parameters and random state, and goes on to solve."""
 
 import copy
 import os
@@ -23,6 +23,7 @@ class Snapshot:
         self.step, self.agent_steps = module.trainer.global_step, module.agent_steps
         self.params = {k: v.detach().clone() for k, v in module.state_dict().items()}
         self.optimizer = copy.deepcopy(module.trainer.optimizers[0].state_dict())  # it holds live tensors
+        self.torch_rng = torch.get_rng_state()
 
 
 def test_killed_run_resumes_exactly_and_solves(tmp_path):
@@ -52,6 +53,7 @@ def test_killed_run_resumes_exactly_and_solves(tmp_path):
     assert snap.agent_steps == saved["rlkit"]["agent_steps"] == 40 * saved["global_step"]
     for k, v in saved["state_dict"].items():
         assert torch.equal(snap.params[k], v), k
+    assert torch.equal(snap.torch_rng, saved["rlkit"]["rng"]["torch"]), "the random stream goes on"
     opt = saved["optimizer_states"][0]
     for i, state in opt["state"].items():
         for name, value in state.items():

@@ -46,6 +46,7 @@ class GossipCommunicator:
         self.comm_s = 0.0
         self.window_start = time.perf_counter()
         self._last_stop_poll = 0.0
+        self._restored: dict = {}  # this learner's gossip state from the checkpoint it resumed from
 
     # -- launching process ------------------------------------------------------------------
 
@@ -96,6 +97,11 @@ class GossipCommunicator:
                                  log=lambda m: print(f"rlkit: {m}", file=sys.stderr, flush=True))
         self.store = store
         self.window_start = time.perf_counter()
+        if self._restored:  # a resumed learner: its push-sum weight and counters go on
+            r = self._restored
+            self.agent.weight = float(r.get("weight", 1.0))
+            c = self.agent.counters
+            c.sent, c.mixed, c.skipped = int(r.get("sent", 0)), int(r.get("mixed", 0)), int(r.get("skipped", 0))
 
     @hookimpl
     def rlkit_after_optimizer_step(self, run, module, update: int) -> None:
@@ -211,6 +217,10 @@ class GossipCommunicator:
             if time.monotonic() - last_progress > self.options.peer_timeout_s:
                 return
             time.sleep(0.05)
+
+    @hookimpl
+    def rlkit_load_state_dict(self, run, module, state):
+        self._restored = dict(state.get("gossip", {}))
 
     @hookimpl
     def rlkit_state_dict(self, run, module):

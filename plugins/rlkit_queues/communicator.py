@@ -20,6 +20,7 @@ class QueuesCommunicator:
         self.options = options
         self.recipe = recipe
         self.pipeline = None
+        self.resumed: dict = {}  # the pipeline state a resumed run starts from
 
     @hookimpl
     def rlkit_configure(self, run) -> None:
@@ -47,8 +48,16 @@ class QueuesCommunicator:
         shape = Shape(tuple(obs_space.shape), _torch_dtype(obs_space.dtype), action_shape,
                       "int64" if model.discrete else "float32", run.recipe.env.num_envs)
         self.pipeline = Pipeline(run.recipe, self.options, shape, model, module.device,
-                                 lambda: module.global_step, module.env_seed()).start()
+                                 lambda: module.global_step, module.env_seed()).start(self.resumed)
         return self.pipeline
+
+    @hookimpl
+    def rlkit_state_dict(self, run, module):
+        return {"queues": self.pipeline.state()} if self.pipeline is not None else {}
+
+    @hookimpl
+    def rlkit_load_state_dict(self, run, module, state):
+        self.resumed = dict(state.get("queues", {}))
 
     @hookimpl
     def rlkit_metrics(self, run, module):

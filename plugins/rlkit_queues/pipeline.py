@@ -129,10 +129,18 @@ class Pipeline:
 
     # -- start and resize ------------------------------------------------------------------------
 
-    def start(self) -> "Pipeline":
+    def start(self, resumed: dict | None = None) -> "Pipeline":
+        """Start with the recipe's setting, or with the one a resumed run had tuned its way to."""
+        if resumed:
+            self.tuner.restore(resumed.get("tuner", {}))
+            self.replaced = int(resumed.get("replaced", 0))
         self.inbox.start()
-        self.resize(self.o.predictors, self.o.trainers, self.o.actors)
+        s = self.tuner.setting()
+        self.resize(s["predictors"], s["trainers"], s["actors"])
         return self
+
+    def state(self) -> dict:
+        return {"tuner": self.tuner.state(), "replaced": self.replaced}
 
     def resize(self, predictors: int, trainers: int, actors: int) -> None:
         while len(self.predictors) < predictors:

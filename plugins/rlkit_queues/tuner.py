@@ -59,6 +59,23 @@ class Tuner:
     def setting(self) -> dict[str, int]:
         return {k.name: k.value for k in self.knobs}
 
+    def state(self) -> dict:
+        """What a resumed run needs to go on tuning from here: the settled setting (a change still
+        under trial counts as not made), the direction each knob moves next, whose turn it is."""
+        setting = self.setting()
+        if self.trial is not None:
+            knob, before = self.trial
+            setting[knob.name] = before
+        return {"setting": setting, "direction": dict(self.direction), "turn": self.turn}
+
+    def restore(self, state: dict) -> None:
+        for knob in self.knobs:
+            value = int(state.get("setting", {}).get(knob.name, knob.value))
+            knob.value = min(max(value, knob.low), knob.high)  # the limits may have changed since
+        self.direction = {k: int(v) for k, v in state.get("direction", {}).items()}
+        self.turn = int(state.get("turn", 0))
+        self.trial, self.baseline = None, None
+
     def observe(self, samples: list[float]) -> Decision | None:
         """One window of throughput samples, measured under the current setting. Returns the
         change to apply now, if any (also recorded in ``log``)."""
