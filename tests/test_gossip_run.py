@@ -72,3 +72,38 @@ def test_killing_a_learner_leaves_the_others_to_finish(tmp_path):
     live = [float(r["gossip/live_learners"]) for r in rows(run_dir) if r.get("gossip/live_learners")]
     assert 3.0 in live  # trained on with 3 after the drop (peers that finish leave the graph too)
     assert not processes_of_run(run_dir)
+
+
+def test_each_learner_resumes_from_its_own_checkpoint(tmp_path):
+    """SIGTERM reaches every learner; each writes its own interrupted.ckpt (learner r > 0 under
+    checkpoints/learner<r>/), and `rlkit resume` puts each back at its own update and agent steps."""
+    import torch
+
+    from rlkit.testing import wait_for_log_rows
+
+    run_dir = tmp_path / "res"
+    proc = subprocess.Popen(cli(tmp_path, "res", "algo.stop_at_score=null", "algo.total_steps=4000000",
+                                "checkpoint.every_steps=2000"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_log_rows(run_dir, 6)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err[-3000:]
+    ckpts = run_dir / "checkpoints"
+    saved = {0: torch.load(ckpts / "interrupted.ckpt", weights_only=True)}
+    for r in (1, 2, 3):
+        newest = max((ckpts / f"learner{r}").glob("*.ckpt"), key=lambda p: p.stat().st_mtime)
+        saved[r] = torch.load(newest, weights_only=True)
+        assert saved[r]["rlkit"]["learner"] == r
+    updates = max(s["global_step"] for s in saved.values()) + 30  # per learner, after resume
+    out = subprocess.run([sys.executable, "-m", "rlkit.cli", "resume", str(run_dir),
+                          f"algo.total_steps={updates * 10 * 4}"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads((run_dir / "result.json").read_text())
+    for learner in result["learners"]:  # 2 envs x 5 steps per update
+        s = saved[learner["learner"]]
+        assert learner["agent_steps"] == s["rlkit"]["agent_steps"] + 10 * (updates - s["global_step"]), (learner, s["global_step"])
+    assert not processes_of_run(run_dir)
