@@ -7,7 +7,6 @@ if needed, ``overrides``), and pytest collects the inherited tests.
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 from typing import Any
 
