@@ -94,6 +94,37 @@ def wait_for_log_rows(run_dir: Path, rows: int, timeout_s: float = 120.0) -> Non
         time.sleep(0.5)
 
 
+def torchrun_nodes(tmp_path: Path, recipe: str, nodes: int, per_node: int, overrides: list[str],
+                   timeout_s: float = 300.0) -> list[tuple[int, str, str]]:
+    """The documented multi-node launch, on one machine: one ``torchrun`` per node, all on
+    127.0.0.1, each running ``rlkit run recipe``; returns (exit code, stdout, stderr) per node."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    procs = [subprocess.Popen([torchrun, "--nnodes", str(nodes), "--node_rank", str(rank), "--nproc_per_node",
+                               str(per_node), "--master_addr", "127.0.0.1", "--master_port", str(port), "-m",
+                               "rlkit.cli", "run", recipe, f"trainer.num_nodes={nodes}", f"trainer.devices={per_node}",
+                               f"placement.learners={nodes * per_node}", *overrides],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                              env=dict(os.environ, WANDB_MODE="offline"))
+             for rank in range(nodes)]
+    outs = []
+    try:
+        for proc in procs:
+            outs.append((*proc.communicate(timeout=timeout_s),))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    return [(proc.returncode, out, err) for proc, (out, err) in zip(procs, outs)]
+
+
 def quick_overrides(tmp_path: Path, steps: int = 2000) -> list[str]:
     return [f"algo.total_steps={steps}", "trainer.progress_bar=false", "logging.backends=[csv]",
             f"logging.root={tmp_path}", "logging.run_name=conformance", "trainer.log_every_n_updates=10"]

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 import torch
 
-from rlkit.testing import CommunicatorConformance
+from rlkit.testing import CommunicatorConformance, torchrun_nodes
 
 TWO = ("placement.learners=2", "trainer.devices=2", "env.num_envs=4")
 
@@ -140,36 +140,16 @@ def test_a_dead_learner_stops_the_run_with_one_line_naming_it(tmp_path):
 
 def test_two_nodes_on_loopback_train_and_exit_cleanly(tmp_path):
     """The documented multi-node launch: one torchrun per node (here both on 127.0.0.1)."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    nodes = [subprocess.Popen([torchrun, "--nnodes", "2", "--node_rank", str(rank), "--nproc_per_node", "1",
-                               "--master_addr", "127.0.0.1", "--master_port", str(port), "-m", "rlkit.cli", "run",
-                               "a2c-cartpole-allreduce", "trainer.num_nodes=2", "trainer.devices=1",
-                               "placement.learners=2", "trainer.torch_threads=1", "algo.total_steps=4000",
-                               "trainer.progress_bar=false", "logging.backends=[csv]", f"logging.root={tmp_path}",
-                               "logging.run_name=two-nodes"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                              env=dict(os.environ, WANDB_MODE="offline"))
-             for rank in (0, 1)]
-    outs = []
-    try:
-        for node in nodes:
-            outs.append(node.communicate(timeout=300))
-    finally:
-        for node in nodes:
-            if node.poll() is None:
-                node.kill()
-    for node, (_, err) in zip(nodes, outs):
-        assert node.returncode == 0, err[-3000:]
+    outs = torchrun_nodes(tmp_path, "a2c-cartpole-allreduce", 2, 1,
+                          ["trainer.torch_threads=1", "algo.total_steps=4000", "trainer.progress_bar=false",
+                           "logging.backends=[csv]", f"logging.root={tmp_path}", "logging.run_name=two-nodes"])
+    for code, _, err in outs:
+        assert code == 0, err[-3000:]
     import json
 
     result = json.loads((tmp_path / "two-nodes" / "result.json").read_text())
     assert result["agent_steps"] == 4000 and result["updates"] == 100  # 2 learners x 4 envs x 5 steps per update
-    assert outs[0][0].count("agent steps") == 1 and "agent steps" not in outs[1][0]
+    assert outs[0][1].count("agent steps") == 1 and "agent steps" not in outs[1][1]
     assert (tmp_path / "two-nodes" / "checkpoints" / "last.ckpt").is_file()
 
 

@@ -1,6 +1,7 @@
-"""The gossip protocol between real learner processes over the shared-memory transport, with no
-gradient updates: lock-step is deterministic and equals W^t x0; asynchronous gossip on a strongly
-connected graph drives the consensus distance to ~0; a dead peer is dropped in bounded time."""
+"""The gossip protocol between real learner processes, with no gradient updates, over each transport
+(shared memory; torch.distributed isend/irecv over gloo): lock-step is deterministic and equals
+W^t x0; asynchronous gossip on a strongly connected graph drives the consensus distance to ~0; a
+dead peer is dropped in bounded time."""
 
 import time
 
@@ -11,11 +12,14 @@ from rlkit_gossip import graphs
 from rlkit_gossip.protocol import GossipSettings, consensus_distances
 from rlkit_gossip.simulate import initial, run_learners
 
+TRANSPORTS = pytest.mark.parametrize("transport", ["shm", "dist"])
 
-def test_lock_step_is_deterministic_and_equals_the_mixing_matrix(tmp_path):
+
+@TRANSPORTS
+def test_lock_step_is_deterministic_and_equals_the_mixing_matrix(tmp_path, transport):
     s = GossipSettings(graph="ring", mixing="uniform", sync_freq=0, peer_timeout_s=30)
-    first = run_learners(tmp_path / "a", 4, s, 10)
-    second = run_learners(tmp_path / "b", 4, s, 10)
+    first = run_learners(tmp_path / "a", 4, s, 10, transport=transport)
+    second = run_learners(tmp_path / "b", 4, s, 10, transport=transport)
     outs = {p: graphs.peers_at(list(range(4)), p, "ring", 1, False, 0)[0] for p in range(4)}
     w = torch.tensor(graphs.mixing_matrix(outs, "uniform"), dtype=torch.float64)
     x = torch.stack([initial(r) for r in range(4)]).double()
@@ -26,19 +30,21 @@ def test_lock_step_is_deterministic_and_equals_the_mixing_matrix(tmp_path):
 
 
 @pytest.mark.parametrize("mixing,graph,rotate", [("uniform", "ring", False), ("push_sum", "exponential", True)])
-def test_asynchronous_gossip_reaches_consensus(tmp_path, mixing, graph, rotate):
+@TRANSPORTS
+def test_asynchronous_gossip_reaches_consensus(tmp_path, mixing, graph, rotate, transport):
     s = GossipSettings(graph=graph, mixing=mixing, rotate_peers=rotate, sync_freq=5, peer_timeout_s=30)
     start = consensus_distances({r: initial(r) for r in range(4)})
-    res = run_learners(tmp_path, 4, s, 400)
+    res = run_learners(tmp_path, 4, s, 400, transport=transport)
     end = consensus_distances({r: x for r, (x, _) in res.items()})
     assert max(start.values()) > 1.0
     assert max(end.values()) < 1e-3 * max(start.values())
 
 
-def test_a_dead_peer_is_dropped_and_the_others_finish(tmp_path):
+@TRANSPORTS
+def test_a_dead_peer_is_dropped_and_the_others_finish(tmp_path, transport):
     s = GossipSettings(graph="ring", mixing="uniform", sync_freq=0, peer_timeout_s=2, on_peer_failure="drop")
     t0 = time.monotonic()
-    res = run_learners(tmp_path, 4, s, 200, die=(2, 20), timeout=60)
+    res = run_learners(tmp_path, 4, s, 200, die=(2, 20), timeout=60, transport=transport)
     assert sorted(res) == [0, 1, 3]
     assert any(2 in dropped for _, dropped in res.values())
     assert time.monotonic() - t0 < 45

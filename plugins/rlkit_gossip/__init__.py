@@ -20,8 +20,12 @@ class GossipConfig:
                               "regular graphs: every built-in one)", choices=("auto", "uniform", "push_sum"))
     sync_freq: int = opt(1_000_000, "staleness bound: wait for a peer only after this many updates without a "
                                     "fresh message (0 = lock-step; large = fully asynchronous)", ge=0)
-    transport: str = opt("auto", "how messages travel: shm (shared memory between learners on one host); auto = "
-                                 "shm", choices=("auto", "shm"))
+    transport: str = opt("auto", "how messages travel: shm (shared memory, learners on one host), dist "
+                                 "(torch.distributed isend/irecv, learners on any hosts); auto = shm on one node, "
+                                 "dist across nodes", choices=("auto", "shm", "dist"))
+    dist_backend: str = opt("gloo", "process-group backend of the dist transport: gloo (messages in CPU memory, "
+                                    "any host) or nccl (messages stay on the GPU; needs trainer.accelerator=gpu "
+                                    "and placement.learners_per_device=1)", choices=("gloo", "nccl"))
     peer_timeout_s: float = opt(60.0, "a peer that makes a learner wait longer than this has failed", gt=0)
     on_peer_failure: str = opt("drop", "drop the failed peer and go on, or stop the run cleanly",
                                choices=("drop", "stop"))

@@ -23,7 +23,7 @@ from rlkit.strategies import LearnerProcesses, STOP_KEY, default_store
 from rlkit_gossip import graphs
 from rlkit_gossip.protocol import (GossipAgent, GossipSettings, Membership, PeerFailure,
                                    consensus_distances)
-from rlkit_gossip.transports import HEADER, ShmTransport, shm_root
+from rlkit_gossip.transports import HEADER, DistTransport, ShmTransport, shm_root
 
 _STOP_POLL_S = 0.5
 
@@ -36,12 +36,23 @@ def resolve_mixing(options, learners: int) -> str:
     return "uniform" if graphs.is_regular(outs) else "push_sum"
 
 
+def log(message: str) -> None:
+    print(f"rlkit: {message}", file=sys.stderr, flush=True)
+
+
+def resolve_transport(options, num_nodes: int) -> str:
+    if options.transport != "auto":
+        return options.transport
+    return "shm" if num_nodes == 1 else "dist"
+
+
 class GossipCommunicator:
     def __init__(self, options, recipe):
         self.options = options
         self.recipe = recipe
         self.strategy: LearnerProcesses | None = None
         self.agent: GossipAgent | None = None
+        self.device = torch.device("cpu")  # where parameters are mixed (the transport's device)
         self.snapshots: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.comm_s = 0.0
         self.window_start = time.perf_counter()
@@ -57,17 +68,28 @@ class GossipCommunicator:
             raise UserError(f"placement.learners: {p.learners} is not allowed with trainer.devices={t.devices}, "
                             f"placement.learners_per_device={p.learners_per_device} and trainer.num_nodes="
                             f"{t.num_nodes}; gossip runs learners = devices x learners_per_device x num_nodes")
-        if t.num_nodes > 1:
-            raise UserError(f"trainer.num_nodes: {t.num_nodes} is not allowed with communicator gossip: its one "
-                            "transport (shm) joins learners on one host; use trainer.num_nodes=1")
+        o = self.options
+        if t.num_nodes > 1 and o.transport == "shm":
+            raise UserError(f"communication.options.transport: shm is not allowed with trainer.num_nodes="
+                            f"{t.num_nodes} (shared memory joins learners on one host); use dist or auto")
+        if o.dist_backend == "nccl" and resolve_transport(o, t.num_nodes) == "dist":
+            if t.accelerator not in ("gpu", "cuda"):
+                raise UserError(f"communication.options.dist_backend: nccl is not allowed with trainer.accelerator="
+                                f"{t.accelerator} (NCCL moves GPU tensors); use gloo or trainer.accelerator=gpu")
+            if p.learners_per_device != 1:
+                raise UserError(f"communication.options.dist_backend: nccl is not allowed with "
+                                f"placement.learners_per_device={p.learners_per_device} (NCCL needs one learner "
+                                "per GPU); use gloo or placement.learners_per_device=1")
         if p.learners < 2:
             raise UserError("placement.learners: 1 is not allowed with communicator gossip (it needs >= 2 learners; "
                             "use communicator local for one)")
 
     @hookimpl
     def rlkit_make_strategy(self, run):
+        o, t = self.options, run.recipe.trainer
+        nccl = resolve_transport(o, t.num_nodes) == "dist" and o.dist_backend == "nccl"
         self.strategy = LearnerProcesses(independent=True, learners_per_device=run.recipe.placement.learners_per_device,
-                                         process_group_backend="gloo", timeout=timedelta(seconds=self.options.timeout_s),
+                                         process_group_backend="nccl" if nccl else "gloo", timeout=timedelta(seconds=self.options.timeout_s),
                                          child_grace_s=self.options.peer_timeout_s)
         return self.strategy
 
@@ -91,10 +113,18 @@ class GossipCommunicator:
         settings = GossipSettings(graph=o.graph, peers_per_itr=o.peers_per_itr, rotate_peers=o.rotate_peers,
                                   mixing=resolve_mixing(o, world), sync_freq=o.sync_freq,
                                   peer_timeout_s=o.peer_timeout_s, on_peer_failure=o.on_peer_failure)
-        transport = ShmTransport(shm_root(str(run.run_dir.resolve())), numel)
         store = default_store()
+        if resolve_transport(o, run.recipe.trainer.num_nodes) == "dist":
+            device = module.device if o.dist_backend == "nccl" else "cpu"
+            transport = DistTransport(numel, rank, store, device=device, timeout_s=o.peer_timeout_s)
+        else:
+            transport = ShmTransport(shm_root(str(run.run_dir.resolve())), numel)
+        self.device = getattr(transport, "device", torch.device("cpu"))
+        if rank == 0:
+            log(f"gossip: {world} learners, {o.graph} graph, transport {transport.name}"
+                + (f" ({o.dist_backend})" if transport.name == "dist" else ""))
         self.agent = GossipAgent(rank, world, transport, Membership(store, rank, world), settings,
-                                 log=lambda m: print(f"rlkit: {m}", file=sys.stderr, flush=True))
+                                 log=log)
         self.store = store
         self.window_start = time.perf_counter()
         if self._restored:  # a resumed learner: its push-sum weight and counters go on
@@ -109,7 +139,7 @@ class GossipCommunicator:
         start = time.perf_counter()
         params = list(module.parameters())
         with torch.no_grad():
-            flat = parameters_to_vector(params).detach().to("cpu", torch.float32)
+            flat = parameters_to_vector(params).detach().to(self.device, torch.float32)
             try:
                 mixed = agent.step(flat, update)
             except PeerFailure as exc:

@@ -10,7 +10,7 @@ import torch
 from torch.distributed import FileStore
 
 from rlkit_gossip.protocol import GossipAgent, Membership
-from rlkit_gossip.transports import ShmTransport
+from rlkit_gossip.transports import DistTransport, ShmTransport
 
 N = 64
 
@@ -19,10 +19,19 @@ def initial(rank: int) -> torch.Tensor:
     return torch.randn(N, generator=torch.Generator().manual_seed(rank)) * (rank + 1)
 
 
-def learner(rank, world, root, store_path, settings, iters, out, die_at=None):
+def make_transport(kind: str, rank: int, world: int, root, store):
+    if kind == "shm":
+        return ShmTransport(root, N)
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
+    return DistTransport(N, rank, store, timeout_s=30)
+
+
+def learner(rank, world, root, store_path, settings, iters, out, die_at=None, transport="shm"):
     store = FileStore(store_path, world)
-    agent = GossipAgent(rank, world, ShmTransport(root, N), Membership(store, rank, world), settings,
-                        log=lambda m: None)
+    agent = GossipAgent(rank, world, make_transport(transport, rank, world, root, store),
+                        Membership(store, rank, world), settings, log=lambda m: None)
     x = initial(rank)
     for t in range(1, iters + 1):
         if die_at is not None and t == die_at:
@@ -34,13 +43,14 @@ def learner(rank, world, root, store_path, settings, iters, out, die_at=None):
     out.put((rank, x.tolist(), list(agent.counters.dropped)))  # plain data: the child exits at once
 
 
-def run_learners(tmp_path, world, settings, iters, die=None, timeout=60):
+def run_learners(tmp_path, world, settings, iters, die=None, timeout=60, transport="shm"):
     tmp_path.mkdir(parents=True, exist_ok=True)
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     root = tmp_path / "shm"
     procs = [ctx.Process(target=learner, args=(r, world, root, str(tmp_path / "store"), settings, iters, out,
-                                               die[1] if die and die[0] == r else None)) for r in range(world)]
+                                               die[1] if die and die[0] == r else None, transport))
+             for r in range(world)]
     for p in procs:
         p.start()
     results = {}
