@@ -1,5 +1,6 @@
 """Communicators side by side on Pong, at 16 envs per learner, every number from this one run:
-local (1 learner), allreduce with 2 and 4 learners, gossip with 4 learners (GALA's ring).
+local (1 learner), allreduce with 2 and 4 learners, gossip with 4 learners (GALA's ring) over each
+transport (shared memory; torch.distributed isend/irecv over gloo).
 
 For each: aggregate agent steps/s over all learners, and the share of wall time and the time per
 update spent communicating (``comm/allreduce_frac`` / ``comm/allreduce_ms`` for allreduce,
@@ -27,6 +28,7 @@ CONFIGS = {
     "allreduce x2": ("a2c-pong-allreduce", ["placement.learners=2", "trainer.devices=2"]),
     "allreduce x4": ("a2c-pong-allreduce", ["placement.learners=4", "trainer.devices=4"]),
     "gossip x4": ("gala-pong", ["placement.learners=4", "trainer.devices=4"]),
+    "gossip x4 dist": ("gala-pong", ["placement.learners=4", "trainer.devices=4", "communication.options.transport=dist"]),
 }
 KEYS = ("sps", "comm/allreduce_frac", "comm/allreduce_ms", "comm/gossip_frac", "comm/gossip_ms")
 
@@ -66,7 +68,12 @@ def main() -> None:
     base = out["local x1"]["sps"]
     for name, r in out.items():
         r["vs_local"] = r["sps"] / base
-    out["gossip_vs_allreduce_x4"] = out["gossip x4"]["sps"] / out["allreduce x4"]["sps"]
+    for name, runs in got.items():
+        out[name]["sps_per_round"] = [r["sps"] for r in runs]
+    for gossip, key in (("gossip x4", "gossip_vs_allreduce_x4"), ("gossip x4 dist", "gossip_dist_vs_allreduce_x4")):
+        out[key] = out[gossip]["sps"] / out["allreduce x4"]["sps"]
+        # the same ratio within each round (measured minutes apart, so less exposed to drift)
+        out[key + "_per_round"] = [g["sps"] / a["sps"] for g, a in zip(got[gossip], got["allreduce x4"])]
     print(json.dumps(out, indent=1))
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=2))

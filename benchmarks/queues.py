@@ -1,8 +1,9 @@
 """GA3C (`queues`) benchmark on Pong, every number measured in this one run.
 
 1. Predictions per second with batched prediction vs one request per forward pass (GA3C's PPS
-   comparison), 16 actors x 1 env: (a) in a real training run, (b) prediction capacity, the
-   same pipeline with its batches taken and dropped instead of trained on (predictors alone).
+   comparison), 16 actors x 1 env (``--actors``): (a) in a real training run, (b) prediction
+   capacity, the same pipeline with its batches taken and dropped instead of trained on, (c) the
+   forward pass alone by batch size (what batching can buy on this device).
 2. Agent steps/s trained: queues (recipe ga3c-pong-queues, tuning off) vs the local A2C learner
    (a2c-pong-local).
 3. Run-time tuning: the setting a tuned run ends on, measured statically, vs the best static
@@ -28,8 +29,6 @@ from pathlib import Path
 
 import torch
 
-from rlkit.run import train
-
 PONG = "ga3c-pong-queues"
 QUIET = ["logging.backends=[csv]", "trainer.progress_bar=false", "algo.stop_at_score=null",
          "checkpoint.every_steps=1000000000000"]
@@ -37,6 +36,9 @@ QUIET = ["logging.backends=[csv]", "trainer.progress_bar=false", "algo.stop_at_s
 
 def measure(recipe: str, steps: int, *overrides: str, log_every: int = 25) -> dict[str, float]:
     """Median of each logged metric over the rows after the first two (start-up)."""
+    # imported here, not at the top: every actor process re-runs this script's top-level imports
+    from rlkit.run import train
+
     with tempfile.TemporaryDirectory() as root:
         result = train(recipe, [*QUIET, f"algo.total_steps={steps}", f"logging.root={root}",
                                 "logging.run_name=bench", f"trainer.log_every_n_updates={log_every}", *overrides])
@@ -56,8 +58,8 @@ def setting(np_: int, nt: int, na: int) -> list[str]:
             f"communication.options.actors={na}", "communication.options.tune=false"]
 
 
-def pps_section(steps: int, rounds: int, accel: str) -> dict:
-    common = ["communication.options.actors=16", "communication.options.envs_per_actor=1",
+def pps_section(steps: int, rounds: int, accel: str, actors: int = 16) -> dict:
+    common = [f"communication.options.actors={actors}", "communication.options.envs_per_actor=1",
               "communication.options.tune=false", f"trainer.accelerator={accel}"]
     got: dict[str, list] = {"batched": [], "batch_1": []}
     for _ in range(rounds):
@@ -71,7 +73,7 @@ def pps_section(steps: int, rounds: int, accel: str) -> dict:
             "latency_ms_batch_1": statistics.median(r["queues/latency_ms"] for r in got["batch_1"])}
 
 
-def pps_capacity(seconds: float, rounds: int, accel: str) -> dict:
+def pps_capacity(seconds: float, rounds: int, accel: str, actors: int = 16) -> dict:
     """Predictions/s of the pipeline alone: batches are taken and dropped, nothing is trained."""
     from rlkit.envs import env_spaces
     from rlkit.models import ActorCritic
@@ -87,8 +89,8 @@ def pps_capacity(seconds: float, rounds: int, accel: str) -> dict:
     got: dict[str, list] = {"batched": [], "batch_1": []}
     for _ in range(rounds):
         for name, batch in (("batched", 128), ("batch_1", 1)):
-            o = validate_options(QueuesConfig, {"actors": 16, "envs_per_actor": 1, "tune": False,
-                                                "prediction_batch": batch}, "o")
+            o = validate_options(QueuesConfig, {"actors": actors, "envs_per_actor": 1,
+                                                "tune": False, "prediction_batch": batch}, "o")
             shape = Shape(obs_space.shape, _torch_dtype(obs_space.dtype), (), "int64", recipe.env.num_envs)
             pipe = Pipeline(recipe, o, shape, model, device, lambda: 0, seed=0).start()
             try:
@@ -105,8 +107,36 @@ def pps_capacity(seconds: float, rounds: int, accel: str) -> dict:
                 pipe.close()
     b = statistics.median(x for x, _ in got["batched"])
     one = statistics.median(x for x, _ in got["batch_1"])
-    return {"pps_batched": b, "pps_batch_1": one, "ratio": b / one,
+    return {"actors": actors, "pps_batched": b, "pps_batch_1": one, "ratio": b / one,
             "prediction_batch_batched": statistics.median(y for _, y in got["batched"])}
+
+
+def forward_costs(accel: str, sizes=(1, 2, 4, 8, 16, 32), passes: int = 50) -> dict:
+    """The predictors' forward pass alone (no queues, no actors): ms per pass by batch size, after
+    a warm-up (the first passes at a new size pick kernels and are far slower)."""
+    from rlkit.envs import env_spaces
+    from rlkit.models import ActorCritic
+    from rlkit.recipes import load_recipe
+
+    recipe = load_recipe(PONG)
+    obs_space, action_space = env_spaces(recipe.env)
+    device = torch.device("cuda" if accel == "gpu" else "cpu")
+    model = ActorCritic(obs_space, action_space, recipe.model).to(device)
+    out = {}
+    for b in sizes:
+        x = torch.randint(0, 255, (b, *obs_space.shape), dtype=torch.uint8, device=device)
+        for _ in range(10):
+            model.act(x)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(passes):
+            model.act(x)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        ms = 1000 * (time.perf_counter() - start) / passes
+        out[str(b)] = {"ms_per_pass": ms, "obs_per_s": 1000 * b / ms}
+    return out
 
 
 def versus_local(steps: int, rounds: int, accel: str) -> dict:
@@ -143,6 +173,8 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--seconds", type=float, default=20.0, help="seconds per prediction-capacity measurement")
     p.add_argument("--only-capacity", action="store_true", help="only the prediction-capacity section")
+    p.add_argument("--actors", type=int, nargs="+", default=[16],
+                   help="actor processes (1 env each) of the PPS sections; several values give one row each")
     p.add_argument("--json")
     a = p.parse_args()
     accels = ["cpu"] + (["gpu"] if torch.cuda.is_available() else [])
@@ -150,11 +182,12 @@ def main() -> None:
         print("(gpu rows skipped: no CUDA device)")
     out = {}
     for accel in accels:
-        out[accel] = {"pps_capacity": pps_capacity(a.seconds, a.rounds, accel)}
+        caps = [pps_capacity(a.seconds, a.rounds, accel, n) for n in a.actors]
+        out[accel] = {"pps_capacity": caps[0] if len(caps) == 1 else caps, "forward_alone": forward_costs(accel)}
         if a.only_capacity:
             print(accel, json.dumps(out[accel], indent=1))
             continue
-        out[accel].update(pps=pps_section(a.steps, a.rounds, accel), vs_local=versus_local(a.steps, a.rounds, accel))
+        out[accel].update(pps=pps_section(a.steps, a.rounds, accel, a.actors[0]), vs_local=versus_local(a.steps, a.rounds, accel))
         print(accel, json.dumps(out[accel], indent=1))
     if not a.only_capacity:
         out["tuning"] = tuning_section(a.steps, a.tuned_steps)

@@ -1,8 +1,10 @@
 """The processes of a run, read from /proc (Linux): children, descendants, and every process that
-carries the run's RLKIT_RUN_DIR; and the last-resort exit of a second Ctrl-C."""
+carries the run's RLKIT_RUN_DIR; the last-resort exit of a second Ctrl-C; and children that die
+with their parent. Light to import (actor processes use it)."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import sys
@@ -74,3 +76,17 @@ def exit_at_once_on_next_interrupt(code: int = 130) -> None:
         os._exit(code)
 
     signal.signal(signal.SIGINT, _handler)
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """Linux: a launched learner gets ``sig`` when the process that launched it dies, so no learner
+    outlives its run even if the launcher is killed with SIGKILL."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, sig)  # PR_SET_PDEATHSIG
+    except OSError:
+        return
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        os.kill(os.getpid(), sig)

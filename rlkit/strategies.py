@@ -17,11 +17,8 @@ ranks, process group) without the DDP wrapper, so the communicator owns every ex
 
 from __future__ import annotations
 
-import ctypes
 import json
 import logging
-import os
-import signal
 import subprocess
 import sys
 import threading
@@ -34,6 +31,8 @@ import torch.distributed as dist
 from lightning.pytorch.strategies import DDPStrategy
 from lightning.pytorch.strategies.launchers.subprocess_script import (_SubprocessScriptLauncher,
                                                                        _set_num_threads_if_needed)
+
+from rlkit.processes import die_with_parent
 
 log = logging.getLogger("rlkit")
 
@@ -264,17 +263,3 @@ def default_store():
     if not dist.is_available() or not dist.is_initialized():
         return None
     return dist.distributed_c10d._get_default_store()
-
-
-def die_with_parent(sig: int = signal.SIGTERM) -> None:
-    """Linux: a launched learner gets ``sig`` when the process that launched it dies, so no learner
-    outlives its run even if the launcher is killed with SIGKILL."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, sig)  # PR_SET_PDEATHSIG
-    except OSError:
-        return
-    if os.getppid() == 1:  # the parent died before prctl took effect
-        os.kill(os.getpid(), sig)

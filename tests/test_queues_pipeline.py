@@ -142,3 +142,18 @@ def test_a_dead_actor_stops_the_run_when_asked():
                 pipe.next_batch()
     finally:
         pipe.close()
+
+
+def test_an_actor_process_imports_no_lightning():
+    """Actors start light: what an actor imports (its module, envs, rollout bookkeeping, the
+    die-with-parent guard) pulls in neither Lightning nor torch.distributed's training stack; 32
+    actors importing Lightning each kept both cores busy for a minute."""
+    import subprocess
+    import sys
+
+    code = ("import sys, rlkit_queues.actor, rlkit.envs, rlkit.rollout\n"
+            "from rlkit.processes import die_with_parent\n"
+            "print(sorted(m for m in ('lightning', 'torch.distributed.fsdp') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout

@@ -179,13 +179,17 @@ class GossipAgent:
             if self.staleness.get(j, 0) >= self.s.sync_freq and not self.transport.waiting(j, self.rank, GOSSIP):
                 self._wait(lambda j=j: self.transport.waiting(j, self.rank, GOSSIP), j, "to send a message")
         messages = []
-        for j in graphs.all_in_peers(self.membership.alive, self.rank, self.s.graph):
+        # in-peers, and peers that have left since: a learner's last messages are mixed even when
+        # it leaves (finishes) before they are taken
+        senders = set(graphs.all_in_peers(self.membership.alive, self.rank, self.s.graph)) | set(ins)
+        for j in sorted(senders | set(self.membership.reasons)):
             got = self.transport.take(j, self.rank, GOSSIP)
             if got is not None:
                 header, data = got
                 messages.append((data, float(header[0])))
-                self.staleness[j] = 0
-                self.last_heard[j] = time.monotonic()
+                if j in self.membership.alive:
+                    self.staleness[j] = 0
+                    self.last_heard[j] = time.monotonic()
             elif j in ins:
                 self.staleness[j] = self.staleness.get(j, 0) + 1
                 silent = time.monotonic() - self.last_heard.setdefault(j, time.monotonic())
@@ -274,8 +278,17 @@ class GossipAgent:
                     out[r] = got
         return out
 
-    def leave(self, reason: str = "finished") -> None:
+    def leave(self, reason: str = "finished", flush_s: float = 10.0) -> None:
+        """Leave the graph; with a transport whose messages die with their sender, first give the
+        receivers up to ``flush_s`` to take what this learner sent (they mix it even after it left)."""
         self.membership.declare_gone(self.rank, reason)
+        flush = getattr(self.transport, "flush", None)
+        if flush is not None:
+            def alive(peer: int) -> bool:
+                self.membership.refresh()
+                return peer in self.membership.alive
+
+            flush(alive, min(flush_s, self.s.peer_timeout_s))
 
 
 def consensus_distances(vectors: dict[int, torch.Tensor]) -> dict[int, float]:

@@ -15,9 +15,10 @@ keep these stores in order for aligned 8-byte flags written after a full copy re
 learners on different hosts (torchrun, ``trainer.num_nodes > 1``) gossip too. The process group
 carries the bytes; the group's key-value store carries the mailbox flags as two counters per
 mailbox, ``bell`` (messages sent) and ``took`` (messages taken). A receiver posts its ``irecv``
-only when the bell says a message is in flight, and a sender reuses its buffer only when ``took``
-has caught up, so no wait ever blocks on a message that was not sent (gloo's send and receive
-handles cannot be polled: they report completion only once waited on). Each kind of message has
+only when the bell says a message is on its way, and a sender reuses its buffer only when ``took``
+has caught up, so no wait blocks on a message that was never sent (gloo's send and receive
+handles cannot be polled: they report completion only once waited on). A transfer that fails or
+outlasts ``timeout_s`` (its peer died) breaks that link; the protocol's membership drops the peer. Each kind of message has
 its own process group, so NCCL (which ignores tags) cannot match a gossip message with a
 snapshot receive.
 """
@@ -28,6 +29,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -139,13 +141,14 @@ class DistTransport:
         raw, h, d = self._send.get((dst, kind)) or self._send.setdefault((dst, kind), _message(self.numel, self.device))
         h.copy_(header)
         d.copy_(data)
+        # the bell rings before the send: NCCL's first send to a peer blocks until that peer posts
+        # its receive, which it does when it hears the bell
+        self._sent[(dst, kind)] = self._sent.get((dst, kind), 0) + 1
+        self.store.add(self._key("bell", src, dst, kind), 1)
         try:
             self._pending[(dst, kind)] = self.dist.isend(raw, dst, group=self.groups[kind], tag=kind)
         except RuntimeError:  # the link is gone (the peer exited)
             self.broken.add(dst)
-            return
-        self._sent[(dst, kind)] = self._sent.get((dst, kind), 0) + 1
-        self.store.add(self._key("bell", src, dst, kind), 1)
 
     def waiting(self, src: int, dst: int, kind: int) -> bool:
         if src in self.broken:
@@ -173,6 +176,19 @@ class DistTransport:
         except RuntimeError:
             self.broken.add(peer)
             return False
+
+    def flush(self, alive, timeout_s: float, kind: int = GOSSIP) -> None:
+        """Before this learner exits: wait (at most ``timeout_s``) until every message it sent is
+        taken, or its receiver is gone (``alive(dst)`` False). A message not yet moved dies with
+        the process that sent it; a shared-memory mailbox outlives its writer, so ShmTransport
+        needs no flush."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            waiting = [dst for (dst, k) in list(self._pending) if k == kind and not self.ready(self.rank, dst, kind)
+                       and alive(dst)]
+            if not waiting or time.monotonic() > deadline:
+                return
+            time.sleep(0.005)
 
     def close(self, remove: bool = False) -> None:
         # a message never taken (its receiver left) is abandoned with its handle

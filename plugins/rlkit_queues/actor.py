@@ -174,7 +174,7 @@ class Actor:
 
 def actor_main(plan: ActorPlan, shared: Shared, conn) -> None:
     """Entry point of an actor process."""
-    from rlkit.strategies import die_with_parent
+    from rlkit.processes import die_with_parent
 
     die_with_parent()
     torch.set_num_threads(1)

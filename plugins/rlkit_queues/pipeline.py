@@ -97,7 +97,10 @@ class Pipeline:
         self.recipe, self.o, self.shape = recipe, options, shape
         self.model, self.device, self.version, self.seed = model, device, version, seed
         self.ctx = mp.get_context("forkserver")
-        self.ctx.set_forkserver_preload(["torch", "gymnasium", "rlkit_queues.actor"])
+        # What every actor imports, imported once by the forkserver, not by each of 32 actors. A
+        # spawned child also re-runs the imports of the main script: keep those light (the CLI's are).
+        self.ctx.set_forkserver_preload(["torch", "gymnasium", "ale_py", "rlkit.envs", "rlkit.rollout",
+                                         "rlkit_queues.actor"])
         T, E = recipe.algo.rollout_len, options.envs_per_actor
         self.shared = Shared.allocate(options.max_actors, options.slots_per_actor, T, E, shape.obs_shape,
                                       shape.obs_dtype)
