@@ -83,7 +83,9 @@ def build_loggers(run: Run, resume_step: int | None = None) -> list:
     loggers: list = []
     backends = list(log.backends)
     if "csv" in backends:
-        csv_logger = CSVLogger(save_dir=str(run.run_dir), name="csv", version="")
+        # every row reaches the file when it is logged (rows are appended), so a running run can be
+        # read and plotted; Lightning's default keeps 100 in memory
+        csv_logger = CSVLogger(save_dir=str(run.run_dir), name="csv", version="", flush_logs_every_n_steps=1)
         if resume_step is not None:
             _keep_csv_rows(csv_logger, resume_step)
         loggers.append(csv_logger)
