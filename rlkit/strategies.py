@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import subprocess
 import sys
 import threading
@@ -87,6 +88,18 @@ class LearnerProcesses(DDPStrategy):
             # Lightning broadcasts a SIGTERM flag from rank 0 before every step, which would put
             # independent learners in lock-step; each learner reacts to its own SIGTERM instead.
             loop._broadcast_sigterm_tensor = lambda: _raise_if_sigterm(trainer)
+        if self.independent:
+            # Lightning's SIGTERM handler (registered after this) broadcasts from rank 0: a learner
+            # whose rank 0 got no SIGTERM would hang in it. Here each learner only notes its own
+            # SIGTERM, and the launching process passes it on to the learners it started.
+            connector = trainer._signal_connector
+
+            def on_sigterm(signum, frame) -> None:
+                if not connector.received_sigterm:
+                    self.stop_children(signum)
+                connector.received_sigterm = True
+
+            connector._sigterm_notifier_fn = on_sigterm
 
     def configure_ddp(self) -> None:
         with torch.no_grad():
@@ -190,6 +203,17 @@ class LearnerProcesses(DDPStrategy):
                 break
             time.sleep(0.1)
         return ", ".join(f"learner {r} (pid {pid}) exited with code {c}" for r, pid, c in dead) or "a peer left or timed out"
+
+    def stop_children(self, sig: int = signal.SIGTERM) -> None:
+        """Launching process: ask the learner processes it started to stop the graceful way (each
+        writes its own ``interrupted.ckpt``), as a Ctrl-C in the terminal would, when only this
+        process got the signal (``kill -INT``, a scheduler)."""
+        for proc in self.launched():
+            if proc.poll() is None:
+                try:
+                    proc.send_signal(sig)
+                except ProcessLookupError:
+                    pass
 
     def wait_for_children(self) -> list[tuple[int, int | None]]:
         """Launching process only: wait up to ``child_grace_s`` for the learner processes, kill any

@@ -29,8 +29,13 @@ def test_ctrl_c_checkpoints_and_stops_every_process(recipe, tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+    stopped_s = time.monotonic() - sent
     assert proc.returncode == 1
     assert (run_dir / "checkpoints" / "interrupted.ckpt").is_file()
+    if recipe == "a2c-cartpole-gossip":  # only learner 0 got the SIGINT: it passes the stop on to
+        for r in (1, 2, 3):              # the others, and each writes its own checkpoint
+            assert (run_dir / "checkpoints" / f"learner{r}" / "interrupted.ckpt").is_file(), r
+    assert stopped_s < 30, f"the run took {stopped_s:.0f} s to stop after Ctrl-C"
     while processes_of_run(run_dir) and time.monotonic() - sent < 10:
         time.sleep(0.2)
     assert not processes_of_run(run_dir), "a process of the run outlived Ctrl-C by 10 s"
