@@ -100,6 +100,15 @@ class LearnerProcesses(DDPStrategy):
                 connector.received_sigterm = True
 
             connector._sigterm_notifier_fn = on_sigterm
+            # a Ctrl-C that reached only the launching process (kill -INT) goes on to the learners
+            # it started as SIGTERM, before its own shutdown waits for them to leave the graph
+            if (threading.current_thread() is threading.main_thread()
+                    and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+                def on_sigint(signum, frame) -> None:
+                    self.stop_children(signal.SIGTERM)
+                    signal.default_int_handler(signum, frame)  # KeyboardInterrupt, as before
+
+                signal.signal(signal.SIGINT, on_sigint)
 
     def configure_ddp(self) -> None:
         with torch.no_grad():

@@ -60,8 +60,6 @@ class FinalCheckpoint(Callback):
             if isinstance(exception, (KeyboardInterrupt, SIGTERMException)):
                 exit_at_once_on_next_interrupt()
                 strategy = trainer.strategy
-                if getattr(strategy, "independent", False):  # they would not notice: nothing is collective
-                    strategy.stop_children()
                 if trainer.is_global_zero or getattr(strategy, "independent", False):  # each its own
                     checkpoint = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
                     strategy.save_checkpoint(checkpoint, self.dirpath / "interrupted.ckpt")

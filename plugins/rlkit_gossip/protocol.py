@@ -132,6 +132,7 @@ class GossipAgent:
         self.counters = Counters()
         self.last_in: list[int] = []
         self.last_heard: dict[int, float] = {}  # in-peer -> when its last message was mixed
+        self.draining: set[int] = set()  # peers gone from the graph whose last messages may wait
 
     # -- one update ---------------------------------------------------------------------------
 
@@ -179,17 +180,19 @@ class GossipAgent:
             if self.staleness.get(j, 0) >= self.s.sync_freq and not self.transport.waiting(j, self.rank, GOSSIP):
                 self._wait(lambda j=j: self.transport.waiting(j, self.rank, GOSSIP), j, "to send a message")
         messages = []
-        # in-peers, and peers that have left since: a learner's last messages are mixed even when
-        # it leaves (finishes) before they are taken
-        senders = set(graphs.all_in_peers(self.membership.alive, self.rank, self.s.graph)) | set(ins)
-        for j in sorted(senders | set(self.membership.reasons)):
+        # live in-peers, and peers that left with messages still waiting (a learner's last
+        # messages are mixed even when it finishes before they are taken)
+        senders = set(graphs.all_in_peers(self.membership.alive, self.rank, self.s.graph)) | self.draining
+        for j in sorted(senders):
             got = self.transport.take(j, self.rank, GOSSIP)
             if got is not None:
                 header, data = got
                 messages.append((data, float(header[0])))
-                if j in self.membership.alive:
+                if j not in self.draining:
                     self.staleness[j] = 0
                     self.last_heard[j] = time.monotonic()
+            elif j in self.draining:
+                self.draining.discard(j)  # nothing left from it
             elif j in ins:
                 self.staleness[j] = self.staleness.get(j, 0) + 1
                 silent = time.monotonic() - self.last_heard.setdefault(j, time.monotonic())
@@ -251,6 +254,7 @@ class GossipAgent:
             self._forget(r, reason)
 
     def _forget(self, peer: int, reason: str) -> None:
+        self.draining.add(peer)
         self.last_heard.pop(peer, None)
         if peer in self.membership.alive:
             self.membership.alive.remove(peer)

@@ -18,9 +18,9 @@ mailbox, ``bell`` (messages sent) and ``took`` (messages taken). A receiver post
 only when the bell says a message is on its way, and a sender reuses its buffer only when ``took``
 has caught up, so no wait blocks on a message that was never sent (gloo's send and receive
 handles cannot be polled: they report completion only once waited on). A transfer that fails or
-outlasts ``timeout_s`` (its peer died) breaks that link; the protocol's membership drops the peer. Each kind of message has
-its own process group, so NCCL (which ignores tags) cannot match a gossip message with a
-snapshot receive.
+outlasts ``timeout_s`` (its peer died) breaks that link; the protocol's membership drops the peer.
+Each kind of message has its own process group, so NCCL (which ignores tags) cannot match a
+gossip message with a snapshot receive.
 """
 
 from __future__ import annotations
