@@ -31,6 +31,25 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     return ckpt
 
 
+def newest_first(paths) -> list[Path]:
+    """Checkpoint files, the furthest-trained first: by the update counter stored in each (read
+    through a memory map, so no tensor is loaded), then by modification time. A copied run folder
+    gives every file the same fresh mtime, so mtime alone would not say which is newest. Files
+    whose counter cannot be read come last, newest mtime first (loading them will say why)."""
+    import torch
+
+    def key(path: Path) -> tuple[int, int, float]:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                step = int(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["global_step"])
+            return (1, step, path.stat().st_mtime)
+        except Exception:
+            return (0, 0, path.stat().st_mtime)
+
+    return sorted((Path(p) for p in paths), key=key, reverse=True)
+
+
 def _offender(exc: Exception) -> str:
     """The global the unpickler refused, e.g. ' (posix.system)', when torch names it."""
     import re

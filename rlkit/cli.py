@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:
         if type(exc).__name__ != "SIGTERMException":  # Lightning's graceful SIGTERM stop
             raise
-        print("rlkit: stopped by SIGTERM (checkpoints/interrupted.ckpt written)", file=sys.stderr)
+        print("rlkit: stopped by SIGTERM", file=sys.stderr)
         return 1
 
 

@@ -62,21 +62,21 @@ def resume(run_dir: str | Path, overrides: Iterable[str] = (), manager: RlkitPlu
     """Continue the run in ``run_dir`` from its newest checkpoint: its recipe (plus ``overrides``),
     parameters, optimizer and lr-schedule state, update and agent-step counters, score window,
     plugin state, and the same W&B run. The environments start afresh (their state is not saved)."""
-    from rlkit.checkpoints import load_checkpoint
+    from rlkit.checkpoints import load_checkpoint, newest_first
     from rlkit.errors import UserError
 
     run_dir = Path(run_dir)
     if not (run_dir / "recipe.yaml").is_file():
         raise UserError(f"resume: {run_dir} is not a run folder (no recipe.yaml)")
-    ckpts = sorted((run_dir / "checkpoints").glob("*.ckpt"), key=lambda p: p.stat().st_mtime)
+    ckpts = newest_first((run_dir / "checkpoints").glob("*.ckpt"))
     if not ckpts:
         raise UserError(f"resume: {run_dir} has no checkpoint to resume from (checkpoints/*.ckpt)")
-    for ckpt in reversed(ckpts):  # a run killed while writing its newest one falls back to the one before
+    for ckpt in ckpts:  # a run killed while writing its newest one falls back to the one before
         try:
             load_checkpoint(ckpt)
             break
         except UserError as exc:
-            if ckpt == ckpts[0]:
+            if ckpt == ckpts[-1]:
                 raise
             print(f"rlkit: skipping {ckpt.name}: {exc}", file=sys.stderr)
     placed = [f"logging.root={run_dir.parent}", f"logging.run_name={run_dir.name}"]

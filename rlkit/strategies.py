@@ -33,6 +33,7 @@ from lightning.pytorch.strategies import DDPStrategy
 from lightning.pytorch.strategies.launchers.subprocess_script import (_SubprocessScriptLauncher,
                                                                        _set_num_threads_if_needed)
 
+from rlkit.checkpoints import newest_first
 from rlkit.processes import die_with_parent
 
 log = logging.getLogger("rlkit")
@@ -71,7 +72,8 @@ class LearnerProcesses(DDPStrategy):
 
     def _configure_launcher(self) -> None:
         if self.independent and self._start_method == "popen":
-            self._launcher = _IndependentLauncher(self.cluster_environment, self.num_processes, self.num_nodes)
+            self._launcher = _IndependentLauncher(self.cluster_environment, self.num_processes, self.num_nodes,
+                                                  grace_s=getattr(self, "child_grace_s", 60.0))
         else:
             super()._configure_launcher()
 
@@ -168,8 +170,8 @@ class LearnerProcesses(DDPStrategy):
 
     def load_checkpoint(self, checkpoint_path, weights_only=None):
         if self._keeps_own():
-            own = sorted(self._own_path(checkpoint_path).parent.glob("*.ckpt"), key=lambda p: p.stat().st_mtime)
-            for path in reversed(own):  # one cut short by a kill falls back to the one before
+            own = newest_first(self._own_path(checkpoint_path).parent.glob("*.ckpt"))
+            for path in own:  # one cut short by a kill falls back to the one before
                 try:
                     return super().load_checkpoint(path, weights_only=weights_only)
                 except Exception as exc:
@@ -217,6 +219,8 @@ class LearnerProcesses(DDPStrategy):
         """Launching process: ask the learner processes it started to stop the graceful way (each
         writes its own ``interrupted.ckpt``), as a Ctrl-C in the terminal would, when only this
         process got the signal (``kill -INT``, a scheduler)."""
+        if self._launcher is not None:
+            self._launcher.stopping = True  # their exits are the stop, not failures to report
         for proc in self.launched():
             if proc.poll() is None:
                 try:
@@ -243,21 +247,42 @@ class LearnerProcesses(DDPStrategy):
 
 class _IndependentLauncher(_SubprocessScriptLauncher):
     """Lightning's launcher kills every process when one child dies; independent learners must
-    outlive a dead peer, so the children are watched by :class:`_ChildReporter` instead."""
+    outlive a dead peer, so the children are watched by :class:`_ChildReporter` instead.
+
+    After a Ctrl-C, Lightning SIGKILLs the children as soon as the launching process is done with
+    its own shutdown. Independent learners are each writing their own ``interrupted.ckpt`` then,
+    so :meth:`kill` gives them ``grace_s`` to finish (they have the stop signal already) first."""
+
+    def __init__(self, *args: Any, grace_s: float = 60.0, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.grace_s = grace_s
+        self.stopping = False  # set once the run is being stopped by a signal
+
+    def kill(self, signum: Any) -> None:
+        self.stopping = True
+        deadline = time.monotonic() + self.grace_s
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        super().kill(signum)  # skips the ones that have exited
 
     def launch(self, function: Callable, *args: Any, trainer: Any = None, **kwargs: Any) -> Any:
         self.cluster_environment.validate_settings(num_devices=self.num_processes, num_nodes=self.num_nodes)
         if not self.cluster_environment.creates_processes_externally:
             self._call_children_scripts()
-            _ChildReporter(self.procs).start()
+            _ChildReporter(self).start()
         _set_num_threads_if_needed(num_processes=self.num_processes)
         return function(*args, **kwargs)
 
 
 class _ChildReporter(threading.Thread):
-    def __init__(self, procs: list[subprocess.Popen], period_s: float = 1.0):
+    """Says which launched learner died, and how, unless the run is being stopped by a signal."""
+
+    def __init__(self, launcher: _IndependentLauncher, period_s: float = 1.0):
         super().__init__(daemon=True, name="rlkit-child-reporter")
-        self.procs, self.period_s = procs, period_s
+        self.launcher, self.procs, self.period_s = launcher, launcher.procs, period_s
 
     def run(self) -> None:
         reported: set[int] = set()
@@ -267,7 +292,7 @@ class _ChildReporter(threading.Thread):
                 code = proc.poll()
                 if code is not None and rank not in reported:
                     reported.add(rank)
-                    if code != 0:
+                    if code != 0 and not self.launcher.stopping:
                         print(f"rlkit: learner {rank} (pid {proc.pid}) exited with code {code}", file=sys.stderr)
 
 

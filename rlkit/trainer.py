@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -63,6 +64,11 @@ class FinalCheckpoint(Callback):
                 if trainer.is_global_zero or getattr(strategy, "independent", False):  # each its own
                     checkpoint = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
                     strategy.save_checkpoint(checkpoint, self.dirpath / "interrupted.ckpt")
+                if trainer.is_global_zero:
+                    cause = "Ctrl-C" if isinstance(exception, KeyboardInterrupt) else "SIGTERM"
+                    print(f"rlkit: {cause}: stopping at update {trainer.global_step}; wrote "
+                          f"{self.dirpath / 'interrupted.ckpt'}; continue with: rlkit resume {self.dirpath.parent}",
+                          file=sys.stderr, flush=True)
         finally:
             pl_module.teardown("fit")
 

@@ -25,12 +25,13 @@ def test_ctrl_c_checkpoints_and_stops_every_process(recipe, tmp_path):
         wait_for_log_rows(run_dir, 5)
         proc.send_signal(signal.SIGINT)
         sent = time.monotonic()
-        proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
     stopped_s = time.monotonic() - sent
     assert proc.returncode == 1
+    assert f"continue with: rlkit resume {run_dir}" in err, err[-2000:]
     assert (run_dir / "checkpoints" / "interrupted.ckpt").is_file()
     if recipe == "a2c-cartpole-gossip":  # only learner 0 got the SIGINT: it passes the stop on to
         for r in (1, 2, 3):              # the others, and each writes its own checkpoint
@@ -116,3 +117,52 @@ def test_a_second_ctrl_c_exits_at_once_and_leaves_no_process(tmp_path):
     assert proc.returncode == 130 and waited < 5, (proc.returncode, waited)
     time.sleep(0.5)
     assert not processes_of_run(run_dir), "an env worker outlived the second Ctrl-C"
+
+
+def test_terminal_ctrl_c_to_every_gossip_learner_lets_each_finish_its_checkpoint(tmp_path):
+    """A terminal's Ctrl-C reaches every process of the foreground group: each learner stops on its
+    own SIGINT (and the launcher's SIGTERM), and none is SIGKILLed while writing its checkpoint."""
+    from rlkit.checkpoints import load_checkpoint
+
+    run_dir = tmp_path / "stop"
+    proc = subprocess.Popen([sys.executable, "-m", "rlkit.cli", "run", "a2c-cartpole-gossip", "trainer.progress_bar=false",
+                             "logging.backends=[csv]", f"logging.root={tmp_path}", "logging.run_name=stop",
+                             "algo.stop_at_score=null"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env=dict(os.environ, WANDB_MODE="offline"))
+    try:
+        wait_for_log_rows(run_dir, 5)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 1, err[-2000:]
+    assert "exited with code" not in err and "killed" not in err, err[-2000:]
+    for sub in ("", "learner1/", "learner2/", "learner3/"):
+        assert load_checkpoint(run_dir / "checkpoints" / f"{sub}interrupted.ckpt")["global_step"] > 0, sub
+
+
+def test_launcher_gives_learners_their_grace_before_sigkill():
+    """Lightning SIGKILLs the launched processes right after the launcher's own Ctrl-C shutdown;
+    a learner still writing its checkpoint (here: 1.5 s to exit after SIGTERM) must get to finish."""
+    from lightning.fabric.plugins.environments import LightningEnvironment
+
+    from rlkit.strategies import _IndependentLauncher
+
+    slow = "import signal, sys, time\n" \
+           "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(1.5), sys.exit(0)))\n" \
+           "print('ready', flush=True)\ntime.sleep(60)\n"
+    launcher = _IndependentLauncher(LightningEnvironment(), 3, 1, grace_s=20)
+    launcher.procs = [subprocess.Popen([sys.executable, "-c", slow], stdout=subprocess.PIPE, text=True)
+                      for _ in range(2)]
+    try:
+        for p in launcher.procs:
+            assert p.stdout.readline().strip() == "ready"
+            p.send_signal(signal.SIGTERM)
+        launcher.kill(signal.SIGKILL)
+        assert [p.wait(5) for p in launcher.procs] == [0, 0]
+    finally:
+        for p in launcher.procs:
+            if p.poll() is None:
+                p.kill()

@@ -1,8 +1,10 @@
 """Resume: a CartPole run killed with SIGKILL continues from its newest checkpoint with the same
-update counter, agent steps, optimizer state, parameters and random state, and goes on to solve."""
+update counter, agent steps, optimizer state, parameters and random state, and goes on to solve.
+The newest checkpoint is the one trained furthest, whatever the files' modification times say."""
 
 import copy
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -42,8 +44,18 @@ def test_killed_run_resumes_exactly_and_solves(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert not (run_dir / "checkpoints" / "last.ckpt").exists(), "the run was not cut short"
-    newest = max((run_dir / "checkpoints").glob("*.ckpt"), key=lambda p: p.stat().st_mtime)
-    saved = torch.load(newest, map_location="cpu", weights_only=True)
+    ckpts = {p: torch.load(p, map_location="cpu", weights_only=True) for p in (run_dir / "checkpoints").glob("*.ckpt")}
+    newest = max(ckpts, key=lambda p: ckpts[p]["global_step"])
+    saved = ckpts[newest]
+    # The folder is copied (fresh mtimes), and the oldest checkpoint touched last: resume still
+    # takes the furthest-trained one, by its stored update counter.
+    copied = tmp_path / "copy"
+    shutil.copytree(run_dir, copied, copy_function=shutil.copy)
+    oldest = min(ckpts, key=lambda p: ckpts[p]["global_step"])
+    assert oldest != newest
+    later = time.time() + 60
+    os.utime(copied / "checkpoints" / oldest.name, (later, later))
+    run_dir = copied
 
     snap, manager = Snapshot(), build_plugin_manager()
     manager.pm.register(snap, name="snapshot")
@@ -61,3 +73,17 @@ def test_killed_run_resumes_exactly_and_solves(tmp_path):
     assert result.solved and result.score_mean >= 475, result
     runs = list((run_dir / "wandb").glob("offline-run-*"))
     assert len(runs) == 2 and len({p.name.rsplit("-", 1)[1] for p in runs}) == 1, "one W&B run id, continued"
+
+
+def test_newest_first_orders_by_stored_update_not_mtime(tmp_path):
+    from rlkit.checkpoints import newest_first
+
+    paths = []
+    for i, step in enumerate([30, 10, 20]):
+        path = tmp_path / f"c{step}.ckpt"
+        torch.save({"global_step": step, "state_dict": {"w": torch.zeros(3)}}, path)
+        os.utime(path, (1000 + i, 1000 + i))  # mtimes say c20 > c10 > c30
+        paths.append(path)
+    broken = tmp_path / "broken.ckpt"
+    broken.write_bytes(b"not a checkpoint")
+    assert [p.name for p in newest_first([*paths, broken])] == ["c30.ckpt", "c20.ckpt", "c10.ckpt", "broken.ckpt"]
