@@ -4,6 +4,7 @@ the schema. Heavy imports (torch, Lightning, wandb, ale-py) happen inside the co
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Sequence
 
@@ -60,13 +61,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rlkit: run failed: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("rlkit: interrupted", file=sys.stderr)
+        _say_once("rlkit: interrupted")
         return 130
     except SystemExit as exc:
         if type(exc).__name__ != "SIGTERMException":  # Lightning's graceful SIGTERM stop
             raise
-        print("rlkit: stopped by SIGTERM", file=sys.stderr)
+        _say_once("rlkit: stopped by SIGTERM")
         return 1
+
+
+def _say_once(line: str) -> None:
+    """Print from the process the user started only; the learner processes it launched run this
+    CLI too (they have a LOCAL_RANK > 0)."""
+    if os.environ.get("LOCAL_RANK", "0") == "0":
+        print(line, file=sys.stderr)
 
 
 def _run(args) -> int:

@@ -237,8 +237,11 @@ class ActorCriticModule(pl.LightningModule):
             return
         full = len(self.recent_scores) == self.recent_scores.maxlen
         reached = full and sum(self.recent_scores) / len(self.recent_scores) >= target
-        # every learner must stop at the same update, or the others wait in a collective
-        self.trainer.should_stop = self.trainer.strategy.reduce_boolean_decision(reached, all=False)
+        # synchronous learners must stop at the same update, or the others wait in a collective;
+        # independent ones (gossip) share the decision without waiting (LearnerProcesses)
+        strategy = self.trainer.strategy
+        decide = getattr(strategy, "any_learner_stops", None)
+        self.trainer.should_stop = decide(reached) if decide else strategy.reduce_boolean_decision(reached, all=False)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["rlkit"] = {"learner": self.global_rank, "agent_steps": self.agent_steps,

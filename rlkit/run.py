@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Iterable
 
 from rlkit.config import RunConfig
+from rlkit.errors import UserError
 from rlkit.manager import RlkitPluginManager, build_plugin_manager
 from rlkit.recipes import load_recipe, to_container, to_yaml, validate_options
 from rlkit.runhooks import RunHooks
@@ -91,6 +92,9 @@ def train(recipe_name: str, overrides: Iterable[str] = (), manager: RlkitPluginM
 
     spaces = env_spaces(cfg.env)  # an unknown env id fails here, before any output is written
     run = Run(cfg, options, _run_dir(cfg, recipe_name), Path(recipe_name).stem)
+    if resume_from is None and RUN_DIR_ENV not in os.environ and any(run.run_dir.glob("checkpoints/**/*.ckpt")):
+        raise UserError(f"logging.run_name: {run.run_dir} already holds a run's checkpoints; continue it with "
+                        f"`rlkit resume {run.run_dir}`, or choose another logging.run_name")
     communicator = spec.factory(options, cfg)
     manager.pm.register(communicator, name=RUN_COMMUNICATOR)
     hooks = RunHooks(manager, run)

@@ -111,6 +111,21 @@ class LearnerProcesses(DDPStrategy):
                     signal.default_int_handler(signum, frame)  # KeyboardInterrupt, as before
 
                 signal.signal(signal.SIGINT, on_sigint)
+                self._on_sigint, self._sigint_trainer = on_sigint, trainer
+
+    def teardown(self) -> None:
+        """Puts SIGINT back as it was before :meth:`setup`. Lightning's signal connector saw
+        ``on_sigint`` as the handler it found and would restore it after this: it is told the old
+        one instead (unless an interrupted run has handed SIGINT to the at-once exit already)."""
+        on_sigint, self._on_sigint = getattr(self, "_on_sigint", None), None
+        trainer, self._sigint_trainer = getattr(self, "_sigint_trainer", None), None
+        if on_sigint is not None and threading.current_thread() is threading.main_thread():
+            if signal.getsignal(signal.SIGINT) is on_sigint:
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+            saved = getattr(trainer, "_signal_connector", None)
+            if saved is not None and saved._original_handlers.get(signal.SIGINT) is on_sigint:
+                saved._original_handlers[signal.SIGINT] = signal.default_int_handler
+        super().teardown()
 
     def configure_ddp(self) -> None:
         with torch.no_grad():
@@ -130,10 +145,19 @@ class LearnerProcesses(DDPStrategy):
         return tensor if self.independent else super().reduce(tensor, group, reduce_op)
 
     def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
+        """Independent learners never reduce: each keeps its own answer. Lightning also asks this
+        for per-process questions (does a checkpoint file exist?), which must stay local; the run-wide
+        stop is :meth:`any_learner_stops`."""
         if not self.independent:
             return super().reduce_boolean_decision(decision, all)
-        if all:
-            return bool(decision)  # "every learner" cannot be known without waiting: own decision
+        return bool(decision)
+
+    def any_learner_stops(self, decision: bool) -> bool:
+        """The run-wide ``stop_at_score`` decision: synchronous learners reduce it (any learner);
+        an independent learner says its own "stop" through the store and, at most every
+        ``_DECISION_POLL_S``, looks whether another learner has, without waiting for anyone."""
+        if not self.independent:
+            return super().reduce_boolean_decision(decision, all=False)
         store = default_store()
         if decision and store is not None and not self._stop_seen:
             store.set(STOP_KEY, str(self.global_rank))
@@ -240,7 +264,10 @@ class LearnerProcesses(DDPStrategy):
                 codes.append((rank, proc.wait(timeout=max(0.1, deadline - time.monotonic()))))
             except subprocess.TimeoutExpired:
                 proc.kill()
-                proc.wait()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:  # stuck in the kernel: nothing more to do
+                    pass
                 codes.append((rank, None))
         return codes
 
@@ -260,12 +287,19 @@ class _IndependentLauncher(_SubprocessScriptLauncher):
 
     def kill(self, signum: Any) -> None:
         self.stopping = True
+        for proc in self.procs:  # in case the stop never reached them (harmless if it did)
+            if proc.poll() is None:
+                try:
+                    proc.send_signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
         deadline = time.monotonic() + self.grace_s
-        for proc in self.procs:
+        for rank, proc in enumerate(self.procs, start=1):
             try:
                 proc.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                pass
+                print(f"rlkit: learner {rank} (pid {proc.pid}) did not finish its shutdown in {self.grace_s:g} s; killed",
+                      file=sys.stderr, flush=True)
         super().kill(signum)  # skips the ones that have exited
 
     def launch(self, function: Callable, *args: Any, trainer: Any = None, **kwargs: Any) -> Any:

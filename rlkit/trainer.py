@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -60,15 +61,20 @@ class FinalCheckpoint(Callback):
         try:
             if isinstance(exception, (KeyboardInterrupt, SIGTERMException)):
                 exit_at_once_on_next_interrupt()
+                # Lightning's teardown puts back the handlers it found before training: not SIGINT
+                trainer._signal_connector._original_handlers.pop(signal.SIGINT, None)
                 strategy = trainer.strategy
-                if trainer.is_global_zero or getattr(strategy, "independent", False):  # each its own
+                # before training started (set-up, restore) there is nothing new to keep, and a
+                # half-restored state must not replace a good interrupted.ckpt
+                started = getattr(pl_module, "_started", False)
+                if started and (trainer.is_global_zero or getattr(strategy, "independent", False)):  # each its own
                     checkpoint = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
                     strategy.save_checkpoint(checkpoint, self.dirpath / "interrupted.ckpt")
                 if trainer.is_global_zero:
                     cause = "Ctrl-C" if isinstance(exception, KeyboardInterrupt) else "SIGTERM"
-                    print(f"rlkit: {cause}: stopping at update {trainer.global_step}; wrote "
-                          f"{self.dirpath / 'interrupted.ckpt'}; continue with: rlkit resume {self.dirpath.parent}",
-                          file=sys.stderr, flush=True)
+                    done = (f"wrote {self.dirpath / 'interrupted.ckpt'}; continue with: rlkit resume {self.dirpath.parent}"
+                            if started else "training had not started: no checkpoint written")
+                    print(f"rlkit: {cause}: stopping at update {trainer.global_step}; {done}", file=sys.stderr, flush=True)
         finally:
             pl_module.teardown("fit")
 

@@ -59,3 +59,16 @@ def test_show_prints_merged_recipe_without_heavy_imports():
     assert out.returncode == 0, out.stderr
     assert "lr: 0.001" in out.stdout and "id: ALE/Pong-v5" in out.stdout
     assert "HEAVY []" in out.stdout
+
+
+def test_run_into_a_folder_holding_checkpoints_is_refused(tmp_path):
+    """A second `rlkit run` into a run folder would mix two runs' logs and checkpoints (and resume
+    would take the furthest-trained of either): the user is pointed at `rlkit resume` instead."""
+    ckpts = tmp_path / "runs" / "old" / "checkpoints"
+    ckpts.mkdir(parents=True)
+    (ckpts / "last.ckpt").write_bytes(b"an earlier run's checkpoint")
+    out = rlkit("run", RECIPE, "logging.run_name=old", cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "logging.run_name:" in lines[0] and "rlkit resume" in lines[0], out.stderr
+    assert sorted(p.name for p in (tmp_path / "runs" / "old").iterdir()) == ["checkpoints"], "nothing written"

@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -79,40 +80,56 @@ from rlkit.plugin import hookimpl
 from rlkit.run import train
 
 
-class SlowShutdown:
+def slow(*args):
+    print("slow shutdown", file=sys.stderr, flush=True)
+    time.sleep(300)
+
+
+class SlowLearnerEnd:  # inside Lightning's exception handling
     @hookimpl
     def rlkit_learner_end(self, run, module):
-        print("slow shutdown", file=sys.stderr, flush=True)
-        time.sleep(300)
+        slow()
+
+
+class SlowUnconfigure:  # after Lightning's teardown has put its signal handlers back
+    @hookimpl
+    def rlkit_unconfigure(self, run, error):
+        slow()
 
 
 if __name__ == "__main__":
     manager = build_plugin_manager()
-    manager.pm.register(SlowShutdown())
-    train("a2c-cartpole-local", sys.argv[1:], manager)
+    manager.pm.register(globals()[sys.argv[1]]())
+    train("a2c-cartpole-local", sys.argv[2:], manager)
 '''
 
 
-def test_a_second_ctrl_c_exits_at_once_and_leaves_no_process(tmp_path):
+@pytest.mark.parametrize("slow_part", ["SlowLearnerEnd", "SlowUnconfigure"])
+def test_a_second_ctrl_c_exits_at_once_and_leaves_no_process(slow_part, tmp_path):
     run_dir = tmp_path / "stop"
     script = tmp_path / "slow_shutdown.py"
     script.write_text(SLOW_SHUTDOWN)
-    proc = _start([sys.executable, str(script), *_args(tmp_path)], tmp_path)
+    proc = _start([sys.executable, str(script), slow_part, *_args(tmp_path)], tmp_path)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stderr.readline, "")), daemon=True)
+    reader.start()
     try:
         wait_for_log_rows(run_dir, 5)
         proc.send_signal(signal.SIGINT)
         deadline = time.monotonic() + 60
-        while not (run_dir / "checkpoints" / "interrupted.ckpt").is_file() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        time.sleep(1.0)  # now inside the slow shutdown
+        while not any("slow shutdown" in line for line in lines) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # now inside the slow shutdown
         assert proc.poll() is None, "the first Ctrl-C should still be shutting down"
         proc.send_signal(signal.SIGINT)
         second = time.monotonic()
-        _, err = proc.communicate(timeout=30)
+        proc.wait(timeout=30)
         waited = time.monotonic() - second
+        reader.join(10)
     finally:
         if proc.poll() is None:
             proc.kill()
+    err = "".join(lines)
     assert "slow shutdown" in err and "second interrupt" in err, err[-2000:]
     assert proc.returncode == 130 and waited < 5, (proc.returncode, waited)
     time.sleep(0.5)
@@ -166,3 +183,43 @@ def test_launcher_gives_learners_their_grace_before_sigkill():
         for p in launcher.procs:
             if p.poll() is None:
                 p.kill()
+
+
+# Ctrl-C while a resumed run is still setting up (its rollout source is being made): the checkpoint
+# it resumes from is the state to keep, so no interrupted.ckpt is written over it.
+EARLY_CTRL_C = '''
+import sys
+from rlkit.manager import build_plugin_manager
+from rlkit.plugin import hookimpl
+from rlkit.run import resume
+
+
+class CtrlCInSetup:
+    @hookimpl
+    def rlkit_make_rollout_source(self, run, module):
+        raise KeyboardInterrupt
+
+
+if __name__ == "__main__":
+    manager = build_plugin_manager()
+    manager.pm.register(CtrlCInSetup())
+    resume(sys.argv[1], ["trainer.progress_bar=false"], manager)
+'''
+
+
+def test_ctrl_c_before_training_starts_keeps_the_checkpoint_it_resumes_from(tmp_path):
+    from rlkit.checkpoints import load_checkpoint
+
+    run_dir = tmp_path / "stop"
+    subprocess.run([sys.executable, "-m", "rlkit.cli", "run", "a2c-cartpole-local", *_args(tmp_path),
+                    "algo.total_steps=4000"], check=True, capture_output=True, env=dict(os.environ, WANDB_MODE="offline"))
+    last = run_dir / "checkpoints" / "last.ckpt"
+    saved = load_checkpoint(last)["global_step"]
+    (run_dir / "checkpoints" / "interrupted.ckpt").write_bytes(last.read_bytes())  # a good one from before
+    script = tmp_path / "early.py"
+    script.write_text(EARLY_CTRL_C)
+    out = subprocess.run([sys.executable, str(script), str(run_dir)], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, WANDB_MODE="offline"))
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert "training had not started: no checkpoint written" in out.stderr, out.stderr[-2000:]
+    assert load_checkpoint(run_dir / "checkpoints" / "interrupted.ckpt")["global_step"] == saved > 0

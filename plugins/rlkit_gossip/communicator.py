@@ -226,6 +226,9 @@ class GossipCommunicator:
         if agent is None:
             return
         try:
+            if agent.rank == 0 and getattr(module.trainer, "interrupted", False):
+                # learners the signal did not reach (other nodes, torchrun) stop through the store
+                self.store.set(STOP_KEY, "0")
             agent.leave("finished")
             if agent.rank == 0:
                 self._wait_for_peers_to_leave()
@@ -234,17 +237,14 @@ class GossipCommunicator:
             self.agent = None
 
     def _wait_for_peers_to_leave(self) -> None:
-        """Learner 0 hosts the store the others use: it stays until they have left, as long as they
-        make progress (a fresh snapshot) within peer_timeout_s."""
-        agent = self.agent
-        last_progress = time.monotonic()
+        """Learner 0 hosts the store the others use: it stays until they have left, as long as one
+        of them is alive (its heartbeat in the store moved within peer_timeout_s). Learner 0 has
+        left the graph, so no snapshot comes to it any more: the heartbeat is the sign of life."""
+        agent, membership = self.agent, self.agent.membership
         while True:
-            agent.membership.refresh(force=True)
-            if agent.membership.alive == [0]:
-                return
-            if agent.take_snapshots():
-                last_progress = time.monotonic()
-            if time.monotonic() - last_progress > self.options.peer_timeout_s:
+            membership.refresh(force=True)
+            others = [r for r in membership.alive if r != agent.rank]
+            if not others or min(membership.silent_for(r) for r in others) > self.options.peer_timeout_s:
                 return
             time.sleep(0.05)
 
