@@ -117,6 +117,8 @@ class Counters:
     waits: int = 0
     wait_s: float = 0.0
     dropped: list = field(default_factory=list)
+    lag_sum: int = 0  # over mixed messages: this learner's update minus the sender's when it sent
+    lag_n: int = 0
 
 
 class GossipAgent:
@@ -188,6 +190,8 @@ class GossipAgent:
             if got is not None:
                 header, data = got
                 messages.append((data, float(header[0])))
+                self.counters.lag_sum += update - int(header[1])
+                self.counters.lag_n += 1
                 if j not in self.draining:
                     self.staleness[j] = 0
                     self.last_heard[j] = time.monotonic()
