@@ -278,7 +278,8 @@ class _IndependentLauncher(_SubprocessScriptLauncher):
 
     After a Ctrl-C, Lightning SIGKILLs the children as soon as the launching process is done with
     its own shutdown. Independent learners are each writing their own ``interrupted.ckpt`` then,
-    so :meth:`kill` gives them ``grace_s`` to finish (they have the stop signal already) first."""
+    so :meth:`kill` first sends each live one SIGTERM (in case the stop did not reach it; a second
+    one changes nothing), gives them ``grace_s`` to finish, and names any it then has to kill."""
 
     def __init__(self, *args: Any, grace_s: float = 60.0, **kwargs: Any):
         super().__init__(*args, **kwargs)
