@@ -18,11 +18,11 @@ TRANSPORTS = pytest.mark.parametrize("transport", ["shm", "dist"])
 @TRANSPORTS
 def test_lock_step_is_deterministic_and_equals_the_mixing_matrix(tmp_path, transport):
     s = GossipSettings(graph="ring", mixing="uniform", sync_freq=0, peer_timeout_s=30)
-    lags = {}
-    first = run_learners(tmp_path / "a", 4, s, 10, transport=transport, lags=lags)
+    ages = {}
+    first = run_learners(tmp_path / "a", 4, s, 10, transport=transport, ages=ages)
     second = run_learners(tmp_path / "b", 4, s, 10, transport=transport)
-    # lock-step: every learner mixes its in-peer's message of the same update, 10 of them
-    assert lags == {r: (0, 10) for r in range(4)}, lags
+    # lock-step: every learner mixes 10 messages (one per update), each sent moments before
+    assert sorted(ages) == [0, 1, 2, 3] and all(n == 10 and 0 <= total < 30 for total, n in ages.values()), ages
     outs = {p: graphs.peers_at(list(range(4)), p, "ring", 1, False, 0)[0] for p in range(4)}
     w = torch.tensor(graphs.mixing_matrix(outs, "uniform"), dtype=torch.float64)
     x = torch.stack([initial(r) for r in range(4)]).double()

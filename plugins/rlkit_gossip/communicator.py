@@ -201,9 +201,9 @@ class GossipCommunicator:
                "gossip/waits": float(c.waits), "gossip/wait_s": c.wait_s,
                "gossip/staleness_max": float(max(agent.staleness.values(), default=0)),
                "gossip/weight": agent.weight, "gossip/live_learners": float(len(agent.membership.alive))}
-        if c.lag_n:  # how many updates behind this learner the parameters it mixed were, on average
-            out["gossip/peer_lag"] = c.lag_sum / c.lag_n
-        c.lag_sum, c.lag_n = 0, 0
+        if c.aged:  # how old the parameters it mixed were: send to mix, mean over the interval
+            out["gossip/msg_age_ms"] = 1000.0 * c.age_s / c.aged
+        c.age_s, c.aged = 0.0, 0
         self.comm_s, self.window_start = 0.0, now
         if agent.rank == 0 and len(self.snapshots) > 1:
             out.update(self._consensus(module))

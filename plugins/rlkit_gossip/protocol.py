@@ -117,8 +117,8 @@ class Counters:
     waits: int = 0
     wait_s: float = 0.0
     dropped: list = field(default_factory=list)
-    lag_sum: int = 0  # over mixed messages: this learner's update minus the sender's when it sent
-    lag_n: int = 0
+    age_s: float = 0.0  # summed over mixed messages: seconds from the sender's send to this mix
+    aged: int = 0  # messages in age_s
 
 
 class GossipAgent:
@@ -170,7 +170,7 @@ class GossipAgent:
         else:
             numerator, weight = mixing.uniform_message(params)
         header = torch.zeros(HEADER, dtype=torch.float64)
-        header[0], header[1] = weight, update
+        header[0], header[1], header[2] = weight, update, time.time()  # wall clock: comparable across hosts
         for j in ready:
             self.transport.send(self.rank, j, GOSSIP, header, numerator)
             self.send_skips[j] = 0
@@ -190,8 +190,8 @@ class GossipAgent:
             if got is not None:
                 header, data = got
                 messages.append((data, float(header[0])))
-                self.counters.lag_sum += update - int(header[1])
-                self.counters.lag_n += 1
+                self.counters.age_s += max(0.0, time.time() - float(header[2]))
+                self.counters.aged += 1
                 if j not in self.draining:
                     self.staleness[j] = 0
                     self.last_heard[j] = time.monotonic()

@@ -41,12 +41,12 @@ def learner(rank, world, root, store_path, settings, iters, out, die_at=None, tr
             time.sleep(0.001 * (1 + rank))  # learners at different speeds
     agent.leave()
     c = agent.counters
-    out.put((rank, x.tolist(), list(c.dropped), (c.lag_sum, c.lag_n)))  # plain data: the child exits at once
+    out.put((rank, x.tolist(), list(c.dropped), (c.age_s, c.aged)))  # plain data: the child exits at once
 
 
-def run_learners(tmp_path, world, settings, iters, die=None, timeout=60, transport="shm", lags=None):
-    """{rank: (final vector, peers it dropped)} of the learners that finished; ``lags``, when given,
-    gets {rank: (sum, count)} of the peer lag of every message each one mixed."""
+def run_learners(tmp_path, world, settings, iters, die=None, timeout=60, transport="shm", ages=None):
+    """{rank: (final vector, peers it dropped)} of the learners that finished; ``ages``, when given,
+    gets {rank: (summed age in seconds, count)} of the messages each one mixed."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
@@ -66,12 +66,12 @@ def run_learners(tmp_path, world, settings, iters, die=None, timeout=60, transpo
             if crashed and out.empty():
                 raise RuntimeError(f"learner(s) {crashed} crashed")
             try:
-                rank, x, dropped, lag = out.get(timeout=0.5)
+                rank, x, dropped, age = out.get(timeout=0.5)
             except queue.Empty:
                 continue
             results[rank] = (torch.tensor(x), dropped)
-            if lags is not None:
-                lags[rank] = lag
+            if ages is not None:
+                ages[rank] = age
     finally:
         for p in procs:
             p.join(timeout=10)
