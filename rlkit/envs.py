@@ -57,6 +57,19 @@ def _make_atari(cfg: EnvConfig, n: int) -> gym.vector.VectorEnv:
         **dict(cfg.kwargs))
 
 
+ENV_CLOSE_TIMEOUT_S = 10.0
+
+
+def close_envs(env: gym.vector.VectorEnv) -> None:
+    """Close a vector env without ever waiting for good. A run stopped in the middle of an async
+    step (Ctrl-C) may leave the workers' results half read; gymnasium's default close would then
+    wait on the others for ever. After ``ENV_CLOSE_TIMEOUT_S`` the worker processes are terminated."""
+    if isinstance(getattr(env, "unwrapped", env), gym.vector.AsyncVectorEnv):
+        env.close(timeout=ENV_CLOSE_TIMEOUT_S)
+    else:
+        env.close()
+
+
 def _make_gym(cfg: EnvConfig, n: int) -> gym.vector.VectorEnv:
     _check_registered(cfg.id)
     kwargs: dict[str, Any] = dict(cfg.kwargs)

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from rlkit.config import RunConfig
-from rlkit.envs import is_atari, make_vector_env
+from rlkit.envs import close_envs, is_atari, make_vector_env
 from rlkit.models import ActorCritic
 
 
@@ -130,4 +130,4 @@ class LocalRollout:
         return reward
 
     def close(self) -> None:
-        self.env.close()
+        close_envs(self.env)

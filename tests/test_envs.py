@@ -47,3 +47,25 @@ def test_truncation_is_bootstrapped_not_treated_as_terminal():
     assert batch.dones[2, 0] == 1.0
     assert batch.rewards[2, 0].item() == pytest.approx(1.0 + 0.99 * 10.0, abs=1.0)
     assert batch.rewards[1, 0].item() == 1.0
+
+
+def test_closing_an_async_env_interrupted_mid_step_never_hangs(monkeypatch):
+    """Ctrl-C inside an async step can leave the workers' results half read; gymnasium's plain
+    close() would then wait for the rest for ever. close_envs gives up and terminates the workers."""
+    import threading
+
+    import gymnasium as gym
+    import numpy as np
+
+    import rlkit.envs as envs
+
+    monkeypatch.setattr(envs, "ENV_CLOSE_TIMEOUT_S", 1.0)
+    env = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="async")
+    env.reset(seed=0)
+    env.step_async(np.zeros(2, dtype=np.int64))
+    env.unwrapped.parent_pipes[0].recv()  # one worker's result read, then the "interrupt"
+    closer = threading.Thread(target=envs.close_envs, args=(env,), daemon=True)
+    closer.start()
+    closer.join(20)
+    assert not closer.is_alive(), "close hung on the half-read step"
+    assert not any(p.is_alive() for p in env.unwrapped.processes)

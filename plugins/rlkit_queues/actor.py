@@ -99,7 +99,7 @@ class Actor:
         return bool(self.shared.stop[self.p.actor])
 
     def run(self) -> None:
-        from rlkit.envs import make_vector_env
+        from rlkit.envs import close_envs, make_vector_env
         from rlkit.rollout import ScoreKeeper
 
         p = self.p
@@ -118,7 +118,7 @@ class Actor:
         except ActorStopped:
             pass
         finally:
-            env.close()
+            close_envs(env)
         self.conn.send(Bye(p.actor, p.incarnation, self.sent))
 
     def _collect(self, env, keeper, slot: int) -> Segment:
