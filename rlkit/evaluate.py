@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from rlkit.checkpoints import load_checkpoint, recipe_of
-from rlkit.envs import env_spaces, is_atari, make_vector_env
+from rlkit.envs import close_envs, env_spaces, is_atari, make_vector_env
 from rlkit.models import ActorCritic
 from rlkit.rollout import EpisodeTracker
 
@@ -73,7 +73,7 @@ def _play(model: ActorCritic, env_cfg, episodes: int, greedy: bool, seed: int, w
                 done_count[i] += 1
         return scores, lengths, frames
     finally:
-        env.close()
+        close_envs(env)
 
 
 def _render_gif(model: ActorCritic, env_cfg, greedy: bool, seed: int, path: str) -> str:

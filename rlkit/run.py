@@ -64,7 +64,6 @@ def resume(run_dir: str | Path, overrides: Iterable[str] = (), manager: RlkitPlu
     parameters, optimizer and lr-schedule state, update and agent-step counters, score window,
     plugin state, and the same W&B run. The environments start afresh (their state is not saved)."""
     from rlkit.checkpoints import load_checkpoint, newest_first
-    from rlkit.errors import UserError
 
     run_dir = Path(run_dir)
     if not (run_dir / "recipe.yaml").is_file():

@@ -245,12 +245,7 @@ class LearnerProcesses(DDPStrategy):
         process got the signal (``kill -INT``, a scheduler)."""
         if self._launcher is not None:
             self._launcher.stopping = True  # their exits are the stop, not failures to report
-        for proc in self.launched():
-            if proc.poll() is None:
-                try:
-                    proc.send_signal(sig)
-                except ProcessLookupError:
-                    pass
+        _signal_live(self.launched(), sig)
 
     def wait_for_children(self) -> list[tuple[int, int | None]]:
         """Launching process only: wait up to ``child_grace_s`` for the learner processes, kill any
@@ -272,6 +267,15 @@ class LearnerProcesses(DDPStrategy):
         return codes
 
 
+def _signal_live(procs: list[subprocess.Popen], sig: int) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            try:
+                proc.send_signal(sig)
+            except ProcessLookupError:
+                pass
+
+
 class _IndependentLauncher(_SubprocessScriptLauncher):
     """Lightning's launcher kills every process when one child dies; independent learners must
     outlive a dead peer, so the children are watched by :class:`_ChildReporter` instead.
@@ -288,12 +292,7 @@ class _IndependentLauncher(_SubprocessScriptLauncher):
 
     def kill(self, signum: Any) -> None:
         self.stopping = True
-        for proc in self.procs:  # in case the stop never reached them (harmless if it did)
-            if proc.poll() is None:
-                try:
-                    proc.send_signal(signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
+        _signal_live(self.procs, signal.SIGTERM)  # in case the stop never reached them (harmless if it did)
         deadline = time.monotonic() + self.grace_s
         for rank, proc in enumerate(self.procs, start=1):
             try:
