@@ -28,6 +28,7 @@ class AtariConfig:
     stack: int = opt(4, "frames stacked into one observation", ge=1)
     size: int = opt(84, "observations are size x size greyscale", ge=8)
     episodic_life: bool = opt(False, "end the learning episode on every life lost (scores stay per game)")
+    maxpool: bool = opt(True, "max-pool the last two frames of each frameskip (DeepMind's flicker fix; GA3C has none)")
     repeat_action_probability: float = opt(0.0, "sticky actions (0 = the paper's deterministic ALE)", ge=0, le=1)
     max_episode_frames: int = opt(108000, "truncate a game after this many frames (30 min of play)", ge=1)
     num_threads: int = opt(0, "C++ threads stepping the emulators (0 = one per core)", ge=0)
@@ -45,8 +46,9 @@ class EnvConfig:
 
 @dataclass
 class ModelConfig:
-    kind: str = opt("auto", "network body: cnn (Nature CNN), mlp, or auto (cnn for images)",
-                    choices=("auto", "cnn", "mlp"))
+    kind: str = opt("auto", "network body: cnn (Nature CNN), a3c_cnn (the A3C/GA3C network: conv 16x8x8/4, "
+                    "32x4x4/2, fc 256, input x/128-1), mlp, or auto (cnn for images)",
+                    choices=("auto", "cnn", "a3c_cnn", "mlp"))
     hidden: List[int] = opt(factory=lambda: [64, 64], help="MLP hidden layer widths")
     activation: str = opt("tanh", "MLP activation", choices=("tanh", "relu"))
     shared: bool = opt(True, "policy and value heads share the body (separate MLP bodies if false)")
@@ -65,8 +67,12 @@ class AlgoConfig:
     value_coef: float = opt(0.5, "value loss weight", ge=0)
     entropy_coef: float = opt(0.01, "entropy bonus weight", ge=0)
     normalize_advantages: bool = opt(False, "standardise advantages per batch")
+    loss_reduction: str = opt("mean", "each loss term over the batch: mean (A2C) or sum (GA3C; the gradient grows "
+                              "with the batch)", choices=("mean", "sum"))
     log_prob_floor: Optional[float] = opt(None, "floor inside log pi (GA3C uses 1e-6); null = exact", gt=0)
-    optimizer: str = opt("rmsprop", "optimizer", choices=("rmsprop", "adam"))
+    optimizer: str = opt("rmsprop", "rmsprop (PyTorch's: mean square starts at 0, eps outside the root), rmsprop_tf "
+                         "(TensorFlow's, as baselines' A2C and GA3C: starts at 1, eps inside the root) or adam",
+                         choices=("rmsprop", "rmsprop_tf", "adam"))
     lr: float = opt(7e-4, "learning rate", gt=0)
     lr_schedule: str = opt("constant", "learning-rate schedule over total_steps", choices=("constant", "linear"))
     eps: float = opt(1e-5, "optimizer epsilon", gt=0)

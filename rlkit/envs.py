@@ -47,7 +47,7 @@ def _make_atari(cfg: EnvConfig, n: int) -> gym.vector.VectorEnv:
     return AtariVectorEnv(
         game, n, num_threads=threads, autoreset_mode="SameStep",
         frameskip=a.frameskip, noop_max=a.noop_max, stack_num=a.stack, img_height=a.size,
-        img_width=a.size, grayscale=True, maxpool=True,
+        img_width=a.size, grayscale=True, maxpool=a.maxpool,
         # life_loss_info: a life lost ends the learning episode, the game goes on (baselines'
         # EpisodicLifeEnv); ALE's own episodic_life would reset the game on every life lost.
         episodic_life=False, life_loss_info=a.episodic_life,

@@ -57,17 +57,31 @@ class A2CLoss(NamedTuple):
 
 def a2c_loss(log_probs: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor,
              returns: torch.Tensor, advantages: torch.Tensor, value_coef: float,
-             entropy_coef: float) -> A2CLoss:
+             entropy_coef: float, reduction: str = "mean") -> A2CLoss:
     """Policy gradient with a fixed advantage, squared-error value loss, entropy bonus.
 
     total = -mean(A * log pi) + value_coef * mean((R - V)^2) - entropy_coef * mean(H)
     (the 0.5 of the usual squared error is left to ``value_coef``, as in OpenAI baselines).
+    ``reduction="sum"`` sums each term over the batch instead, as GA3C does: the gradient is then
+    batch-size times larger, and the size of a trainer's batch weighs its update.
     """
-    policy = -(advantages.detach() * log_probs).mean()
-    value = (returns.detach() - values).pow(2).mean()
-    ent = entropy.mean()
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"reduction: {reduction!r}; use 'mean' or 'sum'")
+    reduce = torch.sum if reduction == "sum" else torch.mean
+    policy = -reduce(advantages.detach() * log_probs)
+    value = reduce((returns.detach() - values).pow(2))
+    ent = reduce(entropy)
     total = policy + value_coef * value - entropy_coef * ent
     return A2CLoss(total, policy, value, ent)
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
+    """1 - Var(R - V) / Var(R): 1 for a critic that predicts the returns, 0 for one that predicts
+    their mean (or ignores the state), negative for a worse one; nan when the returns are constant."""
+    var = torch.var(returns, unbiased=False)
+    if not bool(var > 0):
+        return float("nan")
+    return float(1.0 - torch.var(returns - values, unbiased=False) / var)
 
 
 def floored_log_prob(probs: torch.Tensor, actions: torch.Tensor, floor: float) -> torch.Tensor:

@@ -17,8 +17,9 @@ from rlkit import rng
 from rlkit.config import RunConfig
 from rlkit.envs import is_atari
 from rlkit.errors import RunFailed
-from rlkit.losses import a2c_loss, normalize, returns_and_advantages
+from rlkit.losses import a2c_loss, explained_variance, normalize, returns_and_advantages
 from rlkit.models import ActorCritic
+from rlkit.optim import make_optimizer
 from rlkit.rollout import Batch
 
 MAX_NONFINITE_IN_A_ROW = 100
@@ -76,6 +77,9 @@ class ActorCriticModule(pl.LightningModule):
             self.hooks.learner_end(self)
             if independent and self.global_rank == 0:  # the communicator has waited for the others
                 self.learner_finals = strategy.gather_finals()
+        own_log, self._own_log = getattr(self, "_own_log", None), None
+        if own_log is not None:
+            own_log.close()
         close = getattr(self._source, "close", None)
         if close is not None:
             close()
@@ -85,10 +89,7 @@ class ActorCriticModule(pl.LightningModule):
 
     def configure_optimizers(self):
         a = self.recipe.algo
-        if a.optimizer == "rmsprop":
-            opt = torch.optim.RMSprop(self.parameters(), lr=a.lr, alpha=a.alpha, eps=a.eps)
-        else:
-            opt = torch.optim.Adam(self.parameters(), lr=a.lr, eps=a.eps)
+        opt = make_optimizer(self.parameters(), a)
         total = self.recipe.updates_per_learner()
         if a.lr_schedule == "linear":
             schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda u: max(0.0, 1.0 - u / total))
@@ -149,10 +150,32 @@ class ActorCriticModule(pl.LightningModule):
         values = all_values.detach().reshape(T + 1, N)
         returns, advantages = returns_and_advantages(batch.rewards, values[:T], batch.dones, values[T],
                                                      a.gamma, a.gae_lambda)
+        # kept (no copies) for the diagnostics logged at the log interval
+        self._last = (values[:T], returns, head[: T * N].detach(), batch.obs[:T])
         if a.normalize_advantages:
             advantages = normalize(advantages)
         return a2c_loss(ev.log_probs, ev.entropy, ev.values, returns.reshape(-1),
-                        advantages.reshape(-1), a.value_coef, a.entropy_coef)
+                        advantages.reshape(-1), a.value_coef, a.entropy_coef, a.loss_reduction)
+
+    def diagnostics(self) -> dict[str, float]:
+        """What tells a stuck critic from a stuck policy, on the last update's batch:
+        ``value/explained_variance`` (about 0 while the critic ignores the screen),
+        ``value/mean`` and ``value/return_mean`` (the critic's scale against its targets) and, for
+        discrete actions, ``policy/max_prob`` (1/A for a uniform policy, near 1 for a greedy one);
+        ``model/dead_units``: the fraction of the body's last hidden units that are 0 on every
+        observation of the batch (1.0 is a network whose outputs no longer depend on the state)."""
+        if getattr(self, "_last", None) is None:
+            return {}
+        values, returns, head, obs = self._last
+        with torch.no_grad():
+            features = self.model.body(obs.reshape(-1, *obs.shape[2:]))
+        out_dead = float((features.max(0).values <= 0).float().mean())
+        out = {"value/explained_variance": explained_variance(values.reshape(-1), returns.reshape(-1)),
+               "value/mean": values.mean().item(), "value/return_mean": returns.mean().item(),
+               "model/dead_units": out_dead}
+        if self.model.discrete:
+            out["policy/max_prob"] = torch.softmax(head.float(), -1).max(-1).values.mean().item()
+        return out
 
     def _clip_gradients(self) -> torch.Tensor:
         """The pre-clip norm, left on the device: it is read only at the log interval."""
@@ -218,18 +241,28 @@ class ActorCriticModule(pl.LightningModule):
             "loss/value": losses.value.item(), "loss/entropy": losses.entropy.item(),
             "grad_norm": grad_norm.item(), "lr": self.optimizers().param_groups[0]["lr"],
         }
+        metrics.update(self.diagnostics())
         if self.nonfinite_skipped:
             metrics["nonfinite/skipped"] = float(self.nonfinite_skipped)
         metrics.update(self._window.flush(self.recipe.placement.learners, self.frames_per_step))
         if self.recent_scores:
             metrics["score_mean"] = sum(self.recent_scores) / len(self.recent_scores)
         metrics.update(self.hooks.metrics(self))
+        if self.world_size > 1 and self.hooks is not None:
+            self._learner_log().write(self.global_step, {k: metrics[k] for k in LEARNER_COLUMNS if k in metrics}
+                                      | {"learner_agent_steps": float(self.agent_steps)})
         # Straight to the loggers at the log interval: self.log would repeat stale values every step.
         for logger in self.loggers:
             logger.log_metrics(metrics, step=self.global_step)
             logger.save()
         bar = {"agent_steps": steps, "sps": metrics["sps"], "score": metrics.get("score_mean", float("nan"))}
         self.log_dict(bar, on_step=True, prog_bar=True, logger=False, batch_size=1)
+
+    def _learner_log(self) -> "LearnerLog":
+        if getattr(self, "_own_log", None) is None:
+            path = self.hooks.run.run_dir / "csv" / f"learner{self.global_rank}.csv"
+            self._own_log = LearnerLog(path, keep_up_to=self._resumed_at)
+        return self._own_log
 
     def _maybe_stop(self) -> None:
         target = self.recipe.algo.stop_at_score
@@ -262,6 +295,40 @@ class ActorCriticModule(pl.LightningModule):
             torch.manual_seed(self.env_seed())
         if self.hooks:
             self.hooks.load_state_dict(self, state.get("plugins", {}))
+
+
+# What every learner of a multi-learner run writes to csv/learner<r>.csv at the log interval (the
+# loggers see rank 0's numbers only): enough to tell, per learner, a stuck critic from a stuck policy.
+LEARNER_COLUMNS = ("agent_steps", "loss/value", "loss/entropy", "loss/policy", "grad_norm", "value/explained_variance",
+                   "value/mean", "value/return_mean", "policy/max_prob", "model/dead_units", "score_mean", "sps")
+
+
+class LearnerLog:
+    """One learner's own CSV: a row per log interval, written when logged. A resumed run keeps
+    the rows up to the update it resumed from (later ones are redone)."""
+
+    def __init__(self, path, keep_up_to: int = 0):
+        import csv
+
+        self.path = path
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        kept = []
+        if self.path.is_file() and keep_up_to > 0:
+            with open(self.path, newline="") as fh:
+                kept = [r for r in csv.DictReader(fh) if r.get("step") and int(float(r["step"])) <= keep_up_to]
+        self.fields = ["step", *LEARNER_COLUMNS, "learner_agent_steps"]
+        self._fh = open(self.path, "w", newline="")
+        self._writer = csv.DictWriter(self._fh, fieldnames=self.fields, extrasaction="ignore")
+        self._writer.writeheader()
+        self._writer.writerows(kept)
+        self._fh.flush()
+
+    def write(self, step: int, row: dict[str, float]) -> None:
+        self._writer.writerow({"step": step, **row})
+        self._fh.flush()
+
+    def close(self) -> None:
+        self._fh.close()
 
 
 class _Window:

@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from rlkit.losses import a2c_loss, floored_log_prob, gae_advantages, nstep_returns, returns_and_advantages
+from rlkit.losses import a2c_loss, explained_variance, floored_log_prob, gae_advantages, nstep_returns, returns_and_advantages
 
 
 def t(x):
@@ -75,3 +75,27 @@ def test_floored_log_prob():
     probs = t([[0.7, 0.3 - 1e-9, 1e-9]])
     assert math.isclose(floored_log_prob(probs, torch.tensor([0]), 1e-6).item(), math.log(0.7), rel_tol=1e-6)
     assert math.isclose(floored_log_prob(probs, torch.tensor([2]), 1e-6).item(), math.log(1e-6), rel_tol=1e-5)
+
+
+def test_a2c_loss_sum_reduction_is_ga3c_sum_over_the_batch():
+    log_probs, entropy = t([-1.0, -2.0, -0.5]), t([1.0, 0.5, 1.5])
+    values, returns, adv = t([0.0, 1.0, 2.0]), t([1.0, 1.0, 0.0]), t([2.0, -1.0, 0.5])
+    s = a2c_loss(log_probs, entropy, values, returns, adv, 0.5, 0.01, reduction="sum")
+    # policy: -(2*-1 + -1*-2 + 0.5*-0.5) = 0.25; value: 1 + 0 + 4 = 5; entropy: 3
+    assert math.isclose(s.policy.item(), 0.25, rel_tol=1e-6)
+    assert math.isclose(s.value.item(), 5.0, rel_tol=1e-6)
+    assert math.isclose(s.entropy.item(), 3.0, rel_tol=1e-6)
+    assert math.isclose(s.total.item(), 0.25 + 0.5 * 5.0 - 0.01 * 3.0, rel_tol=1e-6)
+    m = a2c_loss(log_probs, entropy, values, returns, adv, 0.5, 0.01)
+    assert math.isclose(s.total.item(), 3 * m.total.item(), rel_tol=1e-6)
+
+
+def test_explained_variance_on_a_fixed_batch():
+    returns = t([1.0, 2.0, 3.0, 4.0])  # variance 1.25
+    assert explained_variance(returns, returns) == 1.0
+    assert explained_variance(t([2.5, 2.5, 2.5, 2.5]), returns) == 0.0
+    # residuals [0.5, -0.5, 0.5, -0.5]: variance 0.25 -> 1 - 0.25 / 1.25 = 0.8
+    assert math.isclose(explained_variance(t([0.5, 2.5, 2.5, 4.5]), returns), 0.8, rel_tol=1e-6)
+    # predicting the negated returns: residual variance 4 * 1.25 -> 1 - 4 = -3
+    assert math.isclose(explained_variance(-returns, returns), -3.0, rel_tol=1e-6)
+    assert math.isnan(explained_variance(t([0.0, 1.0]), t([1.0, 1.0])))

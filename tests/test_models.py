@@ -32,3 +32,24 @@ def test_gaussian_head_for_box_actions_is_clipped_to_bounds():
 def test_separate_mlp_bodies_when_not_shared():
     model = ActorCritic(spaces.Box(-1, 1, (4,), np.float32), spaces.Discrete(2), ModelConfig(shared=False))
     assert model.value_body is not None
+
+
+def test_a3c_cnn_is_ga3cs_network():
+    from torch import nn
+
+    from rlkit.models import A3CCNN
+
+    obs_space = spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    model = ActorCritic(obs_space, spaces.Discrete(6), ModelConfig(kind="a3c_cnn"))
+    assert isinstance(model.body, A3CCNN)
+    convs = [m for m in model.body.modules() if isinstance(m, nn.Conv2d)]
+    assert [(c.out_channels, c.kernel_size, c.stride) for c in convs] == [(16, (8, 8), (4, 4)), (32, (4, 4), (2, 2))]
+    assert model.body.fc[0].out_features == 256 and model.body.fc[0].in_features == 32 * 9 * 9
+    # input x / 128 - 1: black is -1, white just under 1 (the first conv sees exactly that)
+    seen = {}
+    convs[0].register_forward_hook(lambda m, inp, out: seen.update(x=inp[0]))
+    obs = torch.tensor([0, 255], dtype=torch.uint8).repeat_interleave(4 * 84 * 42).reshape(1, 4, 84, 84)
+    model.act(obs)
+    assert seen["x"].min().item() == -1.0 and abs(seen["x"].max().item() - 127 / 128) < 1e-6
+    nature = ActorCritic(obs_space, spaces.Discrete(6), ModelConfig(kind="cnn"))
+    assert sum(p.numel() for p in model.parameters()) < sum(p.numel() for p in nature.parameters()) / 2

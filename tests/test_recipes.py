@@ -41,7 +41,7 @@ def test_overrides_apply_and_are_typed():
     (["algo.lr=fast"], "algo.lr: 'fast' is not a valid float"),
     (["algo.lr=-1"], "algo.lr: -1.0 is not allowed; must be > 0"),
     (["env.num_envs=0"], "env.num_envs: 0 is not allowed; must be >= 1"),
-    (["algo.optimizer=sgd"], "algo.optimizer: 'sgd' is not allowed; choose one of: rmsprop, adam"),
+    (["algo.optimizer=sgd"], "algo.optimizer: 'sgd' is not allowed; choose one of: rmsprop, rmsprop_tf, adam"),
     (["logging.backends=[csv,mlflow]"], "logging.backends"),
     (["nonsense"], "override 'nonsense': write key=value"),
 ])
