@@ -93,6 +93,16 @@ def test_parameters_are_bit_identical_across_ranks_after_training(tmp_path):
     assert any(not torch.equal(init0[n], fin0[n]) for n in fin0), "training did not change the parameters"
     header = (tmp_path / "ar" / "csv" / "metrics.csv").read_text().splitlines()[0]
     assert "comm/allreduce_ms" in header and "comm/allreduce_frac" in header
+    assert "value/explained_variance" in header and "model/dead_units" in header
+    # every learner writes its own diagnostics, one row per log interval
+    import csv
+
+    for rank in (0, 1):
+        with open(tmp_path / "ar" / "csv" / f"learner{rank}.csv", newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        assert [int(r["step"]) for r in rows][:2] == [1, 20], rows[:2]  # update 1, then every 20
+        assert all(-50 < float(r["value/explained_variance"]) <= 1 for r in rows)
+        assert int(float(rows[-1]["learner_agent_steps"])) == int(rows[-1]["step"]) * 4 * 5  # 4 envs x 5 steps
 
 
 @pytest.mark.slow
