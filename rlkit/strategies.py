@@ -128,6 +128,15 @@ class LearnerProcesses(DDPStrategy):
         super().teardown()
 
     def configure_ddp(self) -> None:
+        """Broadcast rank 0's parameters and buffers to every learner, at a fresh start only for
+        independent learners. Lightning restores the module from the checkpoint *before* it sets up
+        the strategy (``Trainer._run``: restore, then ``strategy.setup`` -> ``configure_ddp``), so a
+        broadcast on resume would replace each independent learner's own restored parameters with
+        rank 0's. (Synchronous learners all load learner 0's checkpoint: the broadcast changes
+        nothing for them then.) At a fresh start every learner has built the same model from
+        ``recipe.seed``; the broadcast there only guarantees GALA's common starting point."""
+        if self.independent and self.lightning_module.trainer.ckpt_path:
+            return
         with torch.no_grad():
             for tensor in [*self.model.parameters(), *self.model.buffers()]:
                 dist.broadcast(tensor.data, src=0)
