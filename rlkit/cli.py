@@ -28,7 +28,7 @@ def _parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="print the merged, validated recipe")
     show.add_argument("recipe")
     show.add_argument("overrides", nargs="*")
-    sub.add_parser("plugins", help="installed communicators")
+    sub.add_parser("plugins", help="installed communicators and environment families")
     sub.add_parser("recipes", help="bundled recipes")
     ev = sub.add_parser("evaluate", help="play episodes with a checkpoint and print raw scores")
     ev.add_argument("checkpoint")
@@ -120,6 +120,11 @@ def _plugins(args) -> int:
         for e in entries:
             rows.append((name, f"{e.plugin.distribution} {e.plugin.version}".strip(), e.spec.summary))
     _table(("communicator", "distribution", "summary"), rows)
+    families = [(e.spec.name, " ".join(e.spec.prefixes), f"{e.plugin.distribution} {e.plugin.version}".strip(),
+                 e.spec.summary) for e in manager.env_families()]
+    if families:
+        print()
+        _table(("env family", "ids", "distribution", "summary"), families)
     return 0
 
 

@@ -47,8 +47,9 @@ class EnvConfig:
 @dataclass
 class ModelConfig:
     kind: str = opt("auto", "network body: cnn (Nature CNN), a3c_cnn (the A3C/GA3C network: conv 16x8x8/4, "
-                    "32x4x4/2, fc 256, input x/128-1), mlp, or auto (cnn for images)",
-                    choices=("auto", "cnn", "a3c_cnn", "mlp"))
+                    "32x4x4/2, fc 256, input x/128-1), minatar_cnn (MinAtar's: conv 16x3x3/1, fc 128, on "
+                    "channel-last 10x10xC grids), mlp, or auto (cnn for images)",
+                    choices=("auto", "cnn", "a3c_cnn", "minatar_cnn", "mlp"))
     hidden: List[int] = opt(factory=lambda: [64, 64], help="MLP hidden layer widths")
     activation: str = opt("tanh", "MLP activation", choices=("tanh", "relu"))
     shared: bool = opt(True, "policy and value heads share the body (separate MLP bodies if false)")

@@ -71,6 +71,7 @@ def close_envs(env: gym.vector.VectorEnv) -> None:
 
 
 def _make_gym(cfg: EnvConfig, n: int) -> gym.vector.VectorEnv:
+    register_env_family(cfg.id)
     _check_registered(cfg.id)
     kwargs: dict[str, Any] = dict(cfg.kwargs)
     try:
@@ -78,6 +79,22 @@ def _make_gym(cfg: EnvConfig, n: int) -> gym.vector.VectorEnv:
                             vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, **kwargs)
     except TypeError as exc:
         raise UserError(f"env.kwargs: {cfg.id} rejects them: {exc}") from None
+
+
+def register_env_family(env_id: str, manager=None) -> None:
+    """Register with gymnasium the plugin-provided family that owns ``env_id`` (MinAtar, ...), if
+    gymnasium does not know the id yet. Any process that builds envs may need it (learners and
+    queues actors start with gymnasium's own registry), so without a ``manager`` a fresh one is
+    built here, and only for an id gymnasium does not know."""
+    if env_id in gym.registry:
+        return
+    if manager is None:
+        from rlkit.manager import build_plugin_manager
+
+        manager = build_plugin_manager()
+    family = manager.env_family_for(env_id)
+    if family is not None:
+        family.register()
 
 
 def _check_registered(env_id: str) -> None:

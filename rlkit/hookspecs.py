@@ -1,4 +1,4 @@
-"""The hook contract between rlkit's core and its communication plugins.
+"""The hook contract between rlkit's core and its plugins (communicators, environment families).
 
 Every hook rlkit calls is declared here, and nowhere else. There are two tiers:
 
@@ -23,7 +23,7 @@ import pluggy
 
 if TYPE_CHECKING:
     from rlkit.module import ActorCriticModule
-    from rlkit.plugin import CommunicatorSpec
+    from rlkit.plugin import CommunicatorSpec, EnvFamilySpec
     from rlkit.runtime import Run
 
 hookspec = pluggy.HookspecMarker("rlkit")
@@ -43,6 +43,19 @@ def rlkit_communicators() -> Iterable["CommunicatorSpec"]:
 
     Called on: the process that builds the plugin manager (the CLI, before a recipe is loaded),
     for ``rlkit plugins``, ``rlkit show`` and ``rlkit run``.
+    """
+
+
+@hookspec
+def rlkit_env_families() -> Iterable["EnvFamilySpec"]:
+    """Return the environment families this plugin provides, as :class:`~rlkit.plugin.EnvFamilySpec`.
+
+    All answers are collected. An env id that two families' prefixes both claim is reported as a
+    conflict when a recipe asks for it. The records' ``register()`` is called only then, so this
+    hook must not import the family's package.
+
+    Called on: any process that builds an env (the CLI before a run starts, each learner, each
+    queues actor) whose id gymnasium does not know yet; and for ``rlkit plugins``.
     """
 
 

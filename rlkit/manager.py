@@ -1,4 +1,4 @@
-"""Plugin discovery and communicator selection.
+"""Plugin discovery, communicator selection and environment-family lookup.
 
 Plugins are found through the ``rlkit`` entry-point group; the built-in ones ship with rlkit's own
 distribution and are found the same way. A plugin that fails to import is reported and skipped.
@@ -14,7 +14,7 @@ import pluggy
 
 from rlkit import hookspecs
 from rlkit.errors import UserError
-from rlkit.plugin import CommunicatorSpec
+from rlkit.plugin import CommunicatorSpec, EnvFamilySpec
 
 GROUP = "rlkit"
 
@@ -34,6 +34,12 @@ class CommunicatorEntry:
     plugin: PluginInfo
 
 
+@dataclass(frozen=True)
+class EnvFamilyEntry:
+    spec: EnvFamilySpec
+    plugin: PluginInfo
+
+
 @dataclass
 class RlkitPluginManager:
     """A pluggy manager plus the record of what was loaded, what failed and what is provided."""
@@ -49,16 +55,35 @@ class RlkitPluginManager:
     def communicators(self) -> dict[str, list[CommunicatorEntry]]:
         """Communicator name -> every entry providing it (more than one is a conflict)."""
         found: dict[str, list[CommunicatorEntry]] = {}
-        for impl in self.pm.hook.rlkit_communicators.get_hookimpls():
+        for spec, info in self._records(self.pm.hook.rlkit_communicators):
+            found.setdefault(spec.name, []).append(CommunicatorEntry(spec, info))
+        return found
+
+    def env_families(self) -> list[EnvFamilyEntry]:
+        """Every registered environment family, in registration order."""
+        return [EnvFamilyEntry(spec, info) for spec, info in self._records(self.pm.hook.rlkit_env_families)]
+
+    def env_family_for(self, env_id: str) -> EnvFamilySpec | None:
+        """The family whose prefix ``env_id`` starts with (None if no family claims it); a
+        UserError names both distributions when two families claim it."""
+        claims = [e for e in self.env_families() if any(env_id.startswith(p) for p in e.spec.prefixes)]
+        if len(claims) > 1:
+            who = " and ".join(f"'{e.spec.name}' ({e.plugin.distribution})" for e in claims)
+            raise UserError(f"env.id: '{env_id}' is claimed by the environment families {who}; uninstall one")
+        return claims[0].spec if claims else None
+
+    def _records(self, hook) -> list[tuple]:
+        """(record, PluginInfo) for every record a registration hook returns."""
+        out = []
+        for impl in hook.get_hookimpls():
             info = self._info_for(impl.plugin_name)
             try:
                 specs = list(impl.function() or [])
             except Exception as exc:  # a broken registration hook must not break the others
-                self._report(f"plugin '{impl.plugin_name}' failed in rlkit_communicators: {exc!r}")
+                self._report(f"plugin '{impl.plugin_name}' failed in {hook.name}: {exc!r}")
                 continue
-            for spec in specs:
-                found.setdefault(spec.name, []).append(CommunicatorEntry(spec, info))
-        return found
+            out += [(spec, info) for spec in specs]
+        return out
 
     def communicator(self, name: str) -> CommunicatorSpec:
         """The spec registered under ``name``; a UserError names the choices or the conflict."""

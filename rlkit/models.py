@@ -1,5 +1,5 @@
-"""Policy + value networks: the Nature CNN for image observations, an MLP for vectors;
-a categorical head for Discrete actions, a diagonal Gaussian for Box actions."""
+"""Policy + value networks: the Nature CNN for image observations (or the A3C network, or MinAtar's),
+an MLP for vectors; a categorical head for Discrete actions, a diagonal Gaussian for Box actions."""
 
 from __future__ import annotations
 
@@ -60,6 +60,23 @@ class A3CCNN(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.fc(self.convs(obs.float() / 128.0 - 1.0))
+
+
+class MinAtarCNN(nn.Module):
+    """MinAtar's network (Young & Tian 2019): conv 16x3x3/1, fc 128, on the games' 10x10xC boolean
+    grids. MinAtar observations are channel-last; they are moved to channel-first here."""
+
+    def __init__(self, in_shape: tuple[int, ...], channels: int = 16, hidden: int = 128):
+        super().__init__()
+        height, width, depth = in_shape
+        relu = math.sqrt(2)
+        self.conv = nn.Sequential(_init(nn.Conv2d(depth, channels, 3, 1), relu), nn.ReLU(), nn.Flatten())
+        flat = channels * (height - 2) * (width - 2)
+        self.fc = nn.Sequential(_init(nn.Linear(flat, hidden), relu), nn.ReLU())
+        self.out_dim = hidden
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.conv(obs.permute(0, 3, 1, 2).float()))
 
 
 class MLP(nn.Module):
@@ -150,7 +167,7 @@ class ActorCritic(nn.Module):
 
 def _is_image(space: spaces.Space, cfg: ModelConfig) -> bool:
     if cfg.kind != "auto":
-        return cfg.kind in ("cnn", "a3c_cnn")
+        return cfg.kind in ("cnn", "a3c_cnn", "minatar_cnn")
     return isinstance(space, spaces.Box) and len(space.shape) == 3 and space.dtype == np.uint8
 
 
@@ -159,7 +176,10 @@ def _make_body(space: spaces.Space, cfg: ModelConfig) -> nn.Module:
         raise UserError(f"env: observation space {space} is not supported; use a Box")
     if _is_image(space, cfg):
         if len(space.shape) != 3:
-            raise UserError(f"model.kind: {cfg.kind} needs [C, H, W] observations, got shape {space.shape}")
+            layout = "[H, W, C]" if cfg.kind == "minatar_cnn" else "[C, H, W]"
+            raise UserError(f"model.kind: {cfg.kind} needs {layout} observations, got shape {space.shape}")
+        if cfg.kind == "minatar_cnn":
+            return MinAtarCNN(tuple(space.shape))
         if cfg.kind == "a3c_cnn":
             return A3CCNN(tuple(space.shape))
         return NatureCNN(tuple(space.shape), list(cfg.cnn_channels), cfg.cnn_hidden)

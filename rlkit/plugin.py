@@ -1,4 +1,5 @@
-"""What a plugin author imports: the hook marker and the record a communicator is registered by."""
+"""What a plugin author imports: the hook marker and the records a communicator or an environment
+family is registered by."""
 
 from __future__ import annotations
 
@@ -22,4 +23,20 @@ class CommunicatorSpec:
     name: str
     factory: Callable[[Any, Any], Any]
     options_schema: type
+    summary: str
+
+
+@dataclass(frozen=True)
+class EnvFamilySpec:
+    """A family of gymnasium environments that a plugin makes available to recipes.
+
+    ``prefixes`` are the env-id beginnings the family owns (``("MinAtar/",)``). ``register()``
+    registers the family's ids with gymnasium; rlkit calls it, in whichever process builds an env,
+    only when a recipe asks for an id that starts with one of ``prefixes`` and gymnasium does not
+    know it yet, so the family's package is imported only by the runs that use it.
+    """
+
+    name: str
+    prefixes: tuple[str, ...]
+    register: Callable[[], None]
     summary: str
