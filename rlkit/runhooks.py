@@ -60,8 +60,10 @@ class RunHooks:
 
     def unconfigure(self, error: BaseException | None) -> None:
         """Every implementation runs, even when an earlier one raises."""
+        given = {"run": self.run, "error": error}
         for impl in reversed(self.hook.rlkit_unconfigure.get_hookimpls()):
             try:
-                impl.function(run=self.run, error=error)
+                # as pluggy calls it: only the arguments the implementation names
+                impl.function(*[given[name] for name in impl.argnames])
             except Exception as exc:
                 print(f"rlkit: warning: {impl.plugin_name}.rlkit_unconfigure failed: {exc!r}", file=sys.stderr)

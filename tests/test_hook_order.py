@@ -24,3 +24,31 @@ def test_hook_order_of_a_short_fit(tmp_path):
                 + ["rlkit_state_dict"]                    # last.ckpt at the end of training
                 + ["rlkit_learner_end", "rlkit_unconfigure"])
     assert recorder.calls == expected
+
+
+def test_unconfigure_passes_only_the_arguments_an_implementation_names(tmp_path):
+    """pluggy lets an implementation take a subset of the spec's arguments; unconfigure, which calls
+    every implementation itself (so that one raising does not stop the others), must too."""
+    from rlkit.plugin import hookimpl
+    from rlkit.runhooks import RunHooks
+    from rlkit.runtime import Run
+
+    released = []
+
+    class TakesRunOnly:
+        @hookimpl
+        def rlkit_unconfigure(self, run):
+            released.append(("run", run))
+
+    class TakesBoth:
+        @hookimpl
+        def rlkit_unconfigure(self, error, run):
+            released.append(("both", run, error))
+
+    manager = build_plugin_manager()
+    manager.pm.register(TakesRunOnly(), name="run-only")
+    manager.pm.register(TakesBoth(), name="both")
+    run = object.__new__(Run)
+    error = RuntimeError("x")
+    RunHooks(manager, run).unconfigure(error)
+    assert ("run", run) in released and ("both", run, error) in released
