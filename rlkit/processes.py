@@ -36,6 +36,33 @@ def _interpreter_helper(proc: Path) -> bool:
         return False
 
 
+def start_time(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot), or None if it is gone or a zombie: with the pid
+    it names one process, even after the pid is reused."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def snapshot_tree(pid: int) -> dict[int, int]:
+    """``pid`` and every process below it now (forked env workers included), pid -> start time.
+    A leak check takes it while the run is up and later asks :func:`still_alive`: unlike a walk of
+    the tree after the parent has gone, it still sees children that were re-parented."""
+    found = {}
+    for p in [pid, *descendants(pid)]:
+        t = start_time(p)
+        if t is not None:
+            found[p] = t
+    return found
+
+
+def still_alive(snapshot: dict[int, int]) -> list[int]:
+    """The processes of a :func:`snapshot_tree` that are still running (same pid, same start)."""
+    return [p for p, t in snapshot.items() if start_time(p) == t]
+
+
 def processes_of_run(run_dir: Path) -> list[int]:
     """Pids of live processes started for the run in ``run_dir`` (they carry RLKIT_RUN_DIR)."""
     marker = f"RLKIT_RUN_DIR={run_dir}".encode()

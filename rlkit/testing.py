@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rlkit.plugin import hookimpl
-from rlkit.processes import child_pids, processes_of_run  # noqa: F401  (re-exported for tests)
+from rlkit.processes import child_pids, processes_of_run, snapshot_tree, still_alive  # noqa: F401  (re-exported for tests)
 
 QUICK_RECIPE = "a2c-cartpole-local"
 

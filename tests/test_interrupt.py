@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from rlkit.testing import processes_of_run, wait_for_log_rows
+from rlkit.checkpoints import load_checkpoint
+from rlkit.testing import processes_of_run, snapshot_tree, still_alive, wait_for_log_rows
 
 
 @pytest.mark.parametrize("recipe", ["a2c-cartpole-local", "a2c-cartpole-allreduce", "a2c-cartpole-gossip",
@@ -24,6 +25,7 @@ def test_ctrl_c_checkpoints_and_stops_every_process(recipe, tmp_path):
                             env=dict(os.environ, WANDB_MODE="offline"))
     try:
         wait_for_log_rows(run_dir, 5)
+        tree = snapshot_tree(proc.pid)  # every process of the run, forked ones included
         proc.send_signal(signal.SIGINT)
         sent = time.monotonic()
         _, err = proc.communicate(timeout=60)
@@ -33,14 +35,24 @@ def test_ctrl_c_checkpoints_and_stops_every_process(recipe, tmp_path):
     stopped_s = time.monotonic() - sent
     assert proc.returncode == 1
     assert f"continue with: rlkit resume {run_dir}" in err, err[-2000:]
-    assert (run_dir / "checkpoints" / "interrupted.ckpt").is_file()
+    assert_checkpoint_of_a_trained_learner(run_dir / "checkpoints" / "interrupted.ckpt")
     if recipe == "a2c-cartpole-gossip":  # only learner 0 got the SIGINT: it passes the stop on to
         for r in (1, 2, 3):              # the others, and each writes its own checkpoint
-            assert (run_dir / "checkpoints" / f"learner{r}" / "interrupted.ckpt").is_file(), r
+            assert_checkpoint_of_a_trained_learner(run_dir / "checkpoints" / f"learner{r}" / "interrupted.ckpt", r)
+    if recipe != "a2c-cartpole-local":
+        assert len(tree) > 1, f"{recipe}: the run's other processes were expected in {tree}"
     assert stopped_s < 30, f"the run took {stopped_s:.0f} s to stop after Ctrl-C"
-    while processes_of_run(run_dir) and time.monotonic() - sent < 10:
+    while (still_alive(tree) or processes_of_run(run_dir)) and time.monotonic() - sent < 10:
         time.sleep(0.2)
-    assert not processes_of_run(run_dir), "a process of the run outlived Ctrl-C by 10 s"
+    assert not still_alive(tree) and not processes_of_run(run_dir), "a process of the run outlived Ctrl-C by 10 s"
+
+
+def assert_checkpoint_of_a_trained_learner(path, learner: int = 0) -> None:
+    """A checkpoint that Lightning can resume from: this learner's, after some training."""
+    state = load_checkpoint(path)
+    assert state["global_step"] > 0 and state["rlkit"]["agent_steps"] > 0, (path, state["global_step"])
+    assert state["rlkit"]["learner"] == learner, path
+    assert state["state_dict"] and state["optimizer_states"], path
 
 
 def _start(cmd, tmp_path):
@@ -58,7 +70,8 @@ def test_sigterm_checkpoints_and_stops_like_ctrl_c(tmp_path):
     proc = _start([sys.executable, "-m", "rlkit.cli", "run", "a2c-cartpole-local", *_args(tmp_path)], tmp_path)
     try:
         wait_for_log_rows(run_dir, 5)
-        assert processes_of_run(run_dir) != [proc.pid], "async env workers expected"
+        tree = snapshot_tree(proc.pid)
+        assert len(tree) >= 1 + 8, f"async env workers (8 envs) expected below the run: {tree}"
         proc.send_signal(signal.SIGTERM)
         sent = time.monotonic()
         _, err = proc.communicate(timeout=60)
@@ -66,10 +79,10 @@ def test_sigterm_checkpoints_and_stops_like_ctrl_c(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 1, err[-2000:]
-    assert (run_dir / "checkpoints" / "interrupted.ckpt").is_file()
-    while processes_of_run(run_dir) and time.monotonic() - sent < 10:
+    assert_checkpoint_of_a_trained_learner(run_dir / "checkpoints" / "interrupted.ckpt")
+    while (still_alive(tree) or processes_of_run(run_dir)) and time.monotonic() - sent < 10:
         time.sleep(0.2)
-    assert not processes_of_run(run_dir)
+    assert not still_alive(tree) and not processes_of_run(run_dir), "a process of the run outlived SIGTERM by 10 s"
 
 
 # A run whose shutdown hangs (a plugin's learner_end sleeps): the second Ctrl-C must not wait for it.

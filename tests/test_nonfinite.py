@@ -19,11 +19,13 @@ class PoisonGradients:
     """Turns the gradients of the given updates (counted from 1, skipped ones included) into NaN."""
 
     def __init__(self, updates):
-        self.updates, self.calls, self.params_before = set(updates), 0, {}
+        self.updates, self.calls, self.params_before, self.params_after = set(updates), 0, {}, {}
 
     @hookimpl(tryfirst=True)
     def rlkit_sync_gradients(self, run, module):
         self.calls += 1
+        if self.calls - 1 in self.params_before:  # the parameters the poisoned update left
+            self.params_after[self.calls - 1] = [p.detach().clone() for p in module.parameters()]
         if self.calls in self.updates:
             self.params_before[self.calls] = [p.detach().clone() for p in module.parameters()]
             for p in module.parameters():
@@ -61,6 +63,15 @@ def test_skip_drops_the_update_and_trains_on(tmp_path):
     assert result.updates == 150 and poison.calls == 153, (result.updates, poison.calls)
     rows = list(csv.DictReader(open(tmp_path / "nf" / "csv" / "metrics.csv")))
     assert float(rows[-1]["nonfinite/skipped"]) == 3.0
+    # a skipped update leaves every parameter exactly as it was
+    assert sorted(poison.params_after) == [20, 21, 22]
+    for update in (20, 21, 22):
+        for before, after in zip(poison.params_before[update], poison.params_after[update]):
+            assert torch.equal(before, after), update
+    # ... while the finite updates after them did change them
+    final = list(load_checkpoint(tmp_path / "nf" / "checkpoints" / "last.ckpt")["state_dict"].values())
+    assert len(final) == len(poison.params_before[20])
+    assert not all(torch.equal(a, b) for a, b in zip(poison.params_before[20], final))
     assert all(math.isfinite(float(r["loss/total"])) for r in rows)
 
 
