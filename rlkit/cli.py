@@ -41,6 +41,19 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("-o", "--output", default="curves.png")
     plot.add_argument("--metric", action="append", help="metrics to plot (default: episode/score)")
     plot.add_argument("--x", default="agent_steps", help="x axis: agent_steps, frames or step")
+    sw = sub.add_parser("sweep", help="every recipe x seed, several at once; resumable")
+    sw.add_argument("items", nargs="*", metavar="RECIPE|key=value",
+                    help="recipes (names or YAML paths), and key=value overrides applied to every run")
+    sw.add_argument("--seeds", help="seeds to run, e.g. 0-4 or 0,2,5 (default 0)")
+    sw.add_argument("--name", help="the sweep's folder under --root and its W&B group (default: sweep-<time>)")
+    sw.add_argument("--root", default="runs", help="folder that holds sweep folders")
+    sw.add_argument("--cores", type=int, help="cores the runs may keep busy together (default: all)")
+    sw.add_argument("--resume", metavar="SWEEP_DIR", help="continue a sweep: keep finished runs, resume the others")
+    cmp = sub.add_parser("compare", help="runs across seeds: IQM tables with 95%% CIs, curves with CI bands")
+    cmp.add_argument("paths", nargs="+", metavar="PATH", help="a sweep folder, or run folders")
+    cmp.add_argument("--target", type=float, help="also report the agent steps each run took to reach this score")
+    cmp.add_argument("-o", "--output", metavar="DIR",
+                     help="where compare.md and curves.png go (default: the sweep folder given first, else .)")
     bench = sub.add_parser("bench", help="throughput benchmarks (see docs/benchmarks.md)")
     bench.add_argument("name", choices=["core"])
     bench.add_argument("--env", default="pong", choices=["pong", "cartpole", "all"])
@@ -52,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        args = _parser().parse_args(argv)
+        args = _parse(argv)
         return _COMMANDS[args.command](args) or 0
     except UserError as exc:
         print(f"rlkit: error: {exc}", file=sys.stderr)
@@ -68,6 +81,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         _say_once("rlkit: stopped by SIGTERM")
         return 1
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """``rlkit sweep`` takes recipes and overrides on both sides of its options (``sweep R --seeds
+    0-4 algo.lr=1e-3``); argparse leaves the later ones over."""
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and (args.command != "sweep" or any(x.startswith("-") for x in extra)):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if extra:
+        args.items += extra
+    return args
 
 
 def _say_once(line: str) -> None:
@@ -166,6 +191,21 @@ def _plot(args) -> int:
     return 0
 
 
+def _sweep(args) -> int:
+    from rlkit.sweep import sweep
+
+    return sweep(args.items, args.seeds, args.name, args.root, args.resume, args.cores)
+
+
+def _compare(args) -> int:
+    from rlkit.compare import compare
+
+    text, table, png = compare(args.paths, args.target, args.output)
+    print(text)
+    print(f"wrote {table} and {png}")
+    return 0
+
+
 def _bench(args) -> int:
     from rlkit.bench import run_core_bench
 
@@ -174,7 +214,8 @@ def _bench(args) -> int:
 
 
 _COMMANDS = {"run": _run, "show": _show, "plugins": _plugins, "recipes": _recipes,
-             "evaluate": _evaluate, "resume": _resume, "plot": _plot, "bench": _bench}
+             "evaluate": _evaluate, "resume": _resume, "plot": _plot, "bench": _bench, "sweep": _sweep,
+             "compare": _compare}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -117,6 +117,7 @@ class LoggingConfig:
     root: str = opt("runs", "folder that holds one sub-folder per run")
     run_name: Optional[str] = opt(None, "run folder and W&B run name; null = <recipe>-<time>")
     project: str = opt("rlkit", "W&B project")
+    group: Optional[str] = opt(None, "W&B group the run belongs to (rlkit sweep sets it to the sweep's name)")
     wandb_mode: str = opt("offline", "W&B mode; online needs a login (env WANDB_MODE also opts in)",
                           choices=("offline", "online", "disabled"))
 

@@ -24,6 +24,12 @@ class CommunicatorSpec:
     factory: Callable[[Any, Any], Any]
     options_schema: type
     summary: str
+    # cores one run keeps busy, ``cores(options, recipe)``, for schedulers that run several at once
+    # (``rlkit sweep``); None: one per learner process (``placement.learners``)
+    cores: Callable[[Any, Any], int] | None = None
+
+    def cores_used(self, options: Any, recipe: Any) -> int:
+        return self.cores(options, recipe) if self.cores else recipe.placement.learners
 
 
 @dataclass(frozen=True)

@@ -113,7 +113,7 @@ def build_loggers(run: Run, resume_step: int | None = None) -> list:
         run_id = id_file.read_text().strip() if id_file.exists() else None
         loggers.append(WandbLogger(name=run.run_dir.name, project=log.project, save_dir=str(run.run_dir),
                                    offline=mode == "offline", config=to_container(cfg), id=run_id,
-                                   resume="allow", settings=_wandb_settings()))
+                                   resume="allow", group=log.group, settings=_wandb_settings()))
     return loggers
 
 

@@ -38,7 +38,13 @@ def _factory(options: QueuesConfig, recipe):
     return QueuesCommunicator(options, recipe)
 
 
+def _cores(options: QueuesConfig, recipe) -> int:
+    """The learner (predictor and trainer threads) and every actor process keep a core busy."""
+    return 1 + options.actors
+
+
 @hookimpl
 def rlkit_communicators():
     return [CommunicatorSpec(name="queues", factory=_factory, options_schema=QueuesConfig,
-                             summary="actors + batched prediction and training queues, tuned at run time (GA3C)")]
+                             summary="actors + batched prediction and training queues, tuned at run time (GA3C)",
+                             cores=_cores)]
