@@ -101,10 +101,16 @@ class Evaluation(NamedTuple):
 
 
 class ActorCritic(nn.Module):
-    """``act`` samples actions for a batch of observations; ``evaluate`` scores taken actions."""
+    """``act`` samples actions for a batch of observations; ``evaluate`` scores taken actions.
 
-    def __init__(self, obs_space: spaces.Space, action_space: spaces.Space, cfg: ModelConfig):
+    ``autocast_dtype`` (None, or torch.bfloat16 under ``trainer.precision=bf16-mixed``) runs the
+    bodies under ``torch.autocast`` on the observations' device in every caller (the learner's
+    rollout and training pass, the queues predictors' threads); parameters stay float32."""
+
+    def __init__(self, obs_space: spaces.Space, action_space: spaces.Space, cfg: ModelConfig,
+                 autocast_dtype: torch.dtype | None = None):
         super().__init__()
+        self.autocast_dtype = autocast_dtype
         self.obs_space, self.action_space = obs_space, action_space
         self.discrete = isinstance(action_space, spaces.Discrete)
         if not self.discrete and not isinstance(action_space, spaces.Box):
@@ -120,10 +126,19 @@ class ActorCritic(nn.Module):
             self.register_buffer("high", torch.as_tensor(action_space.high, dtype=torch.float32))
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(policy logits or Gaussian mean, state value)."""
-        features = self.body(obs)
-        value_features = features if self.value_body is None else self.value_body(obs)
-        return self.policy_head(features), self.value_head(value_features).squeeze(-1)
+        """(policy logits or Gaussian mean, state value), in float32 whatever ``autocast_dtype`` says."""
+        if self.autocast_dtype is None:
+            features = self.body(obs)
+            value_features = features if self.value_body is None else self.value_body(obs)
+            return self.policy_head(features), self.value_head(value_features).squeeze(-1)
+        device = obs.device.type
+        with torch.autocast(device, dtype=self.autocast_dtype):
+            features = self.body(obs)
+            value_features = features if self.value_body is None else self.value_body(obs)
+        # the heads are a sliver of the compute: in float32, so that log-probs, entropies, values
+        # and the loss built on them keep float32's precision
+        with torch.autocast(device, enabled=False):
+            return self.policy_head(features.float()), self.value_head(value_features.float()).squeeze(-1)
 
     def distribution(self, head: torch.Tensor):
         if self.discrete:

@@ -34,7 +34,8 @@ class ActorCriticModule(pl.LightningModule):
         self.automatic_optimization = False
         if recipe_dict is not None:
             self.save_hyperparameters({"recipe": recipe_dict}, logger=False)
-        self.model = ActorCritic(obs_space, action_space, recipe.model)
+        bf16 = recipe.trainer.precision == "bf16-mixed"
+        self.model = ActorCritic(obs_space, action_space, recipe.model, torch.bfloat16 if bf16 else None)
         self.frames_per_step = recipe.env.atari.frameskip if is_atari(recipe.env.id) else 1
         self.agent_steps = 0  # this learner's
         self.nonfinite_skipped = self.nonfinite_in_a_row = 0
@@ -139,19 +140,23 @@ class ActorCriticModule(pl.LightningModule):
         return False
 
     def compute_loss(self, batch: Batch):
-        """One forward pass over s_0..s_T: the values of s_0..s_{T-1} are the critic's predictions,
-        that of s_T (detached) is the bootstrap. Acting needs no values, so the rollout does one
-        forward pass per step and no extra one for the bootstrap."""
+        """A forward pass with gradients over the T*N observations s_0..s_{T-1}, and one without over
+        the N observations s_T for the bootstrap value. Acting needs no values, so the rollout does
+        one forward pass per step and none for the bootstrap. (Backward over s_T in one pass over
+        all T+1 would cost more than the no-grad pass saves: docs/benchmarks.md.)"""
         a = self.recipe.algo
         T, N = batch.rewards.shape
-        head, all_values = self.model(batch.obs.reshape((T + 1) * N, *batch.obs.shape[2:]))
+        obs = batch.obs
+        head, values = self.model(obs[:T].reshape(T * N, *obs.shape[2:]))
+        with torch.no_grad():
+            _, last_value = self.model(obs[T])
         flat_actions = batch.actions.reshape(T * N, *batch.actions.shape[2:])
-        ev = self.model.evaluate_head(head[: T * N], all_values[: T * N], flat_actions, a.log_prob_floor)
-        values = all_values.detach().reshape(T + 1, N)
-        returns, advantages = returns_and_advantages(batch.rewards, values[:T], batch.dones, values[T],
+        ev = self.model.evaluate_head(head, values, flat_actions, a.log_prob_floor)
+        detached = values.detach().reshape(T, N)
+        returns, advantages = returns_and_advantages(batch.rewards, detached, batch.dones, last_value,
                                                      a.gamma, a.gae_lambda)
         # kept (no copies) for the diagnostics logged at the log interval
-        self._last = (values[:T], returns, head[: T * N].detach(), batch.obs[:T])
+        self._last = (detached, returns, head.detach(), obs[:T])
         if a.normalize_advantages:
             advantages = normalize(advantages)
         return a2c_loss(ev.log_probs, ev.entropy, ev.values, returns.reshape(-1),

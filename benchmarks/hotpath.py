@@ -1,0 +1,143 @@
+"""One learner's compute, A/B side by side in one process (issue 16), on a recipe's network.
+
+1. The training pass: forward + backward over the T+1 observations of a rollout (the bootstrap value
+   of s_T comes out of the same pass) against forward + backward over the T*N rollout
+   observations plus a no-grad forward over the N observations s_T.
+2. bf16 autocast against float32: the train step (loss, backward, clip, optimizer step, batch T*N)
+   and the act forward (batch N).
+
+Variants alternate inside every round, so a noisy neighbour slows them alike; the report is each
+round's ratio and the median ratio (times are per call, median over rounds).
+
+    nice -n 10 python benchmarks/hotpath.py --recipe a2c-pong-local --rounds 7 --reps 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+from rlkit.envs import env_spaces
+from rlkit.losses import a2c_loss, returns_and_advantages
+from rlkit.models import ActorCritic
+from rlkit.optim import make_optimizer
+from rlkit.recipes import load_recipe
+
+
+def setup(recipe_name: str):
+    cfg = load_recipe(recipe_name)
+    obs_space, action_space = env_spaces(cfg.env)
+    torch.manual_seed(0)
+    model = ActorCritic(obs_space, action_space, cfg.model)
+    T, N = cfg.algo.rollout_len, cfg.env.num_envs
+    obs = torch.as_tensor(obs_space.sample()).expand(T + 1, N, *obs_space.shape).clone()
+    obs = torch.randint(0, 255, obs.shape, dtype=torch.uint8) if obs.dtype == torch.uint8 else obs.float()
+    actions = torch.randint(0, int(action_space.n), (T, N))
+    rewards, dones = torch.randn(T, N), torch.zeros(T, N)
+    return cfg, model, make_optimizer(model.parameters(), cfg.algo), (obs, actions, rewards, dones)
+
+
+def loss_t_plus_1(model, cfg, obs, actions, rewards, dones):
+    T, N = rewards.shape
+    head, all_values = model(obs.reshape((T + 1) * N, *obs.shape[2:]))
+    values = all_values.detach().reshape(T + 1, N)
+    return _loss(model, cfg, head[: T * N], all_values[: T * N], values[:T], values[T], actions, rewards, dones)
+
+
+def loss_split(model, cfg, obs, actions, rewards, dones):
+    T, N = rewards.shape
+    head, values = model(obs[:T].reshape(T * N, *obs.shape[2:]))
+    with torch.no_grad():
+        _, last_value = model(obs[T])
+    return _loss(model, cfg, head, values, values.detach().reshape(T, N), last_value, actions, rewards, dones)
+
+
+def _loss(model, cfg, head, values, detached, last_value, actions, rewards, dones):
+    a = cfg.algo
+    ev = model.evaluate_head(head, values, actions.reshape(-1), a.log_prob_floor)
+    returns, advantages = returns_and_advantages(rewards, detached, dones, last_value, a.gamma, a.gae_lambda)
+    return a2c_loss(ev.log_probs, ev.entropy, ev.values, returns.reshape(-1), advantages.reshape(-1),
+                    a.value_coef, a.entropy_coef, a.loss_reduction).total
+
+
+def train_step(model, opt, cfg, batch, loss_fn, bf16: bool):
+    model.autocast_dtype = torch.bfloat16 if bf16 else None  # as trainer.precision=bf16-mixed sets it
+    loss = loss_fn(model, cfg, *batch)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.algo.max_grad_norm or float("inf"))
+    opt.step()
+
+
+def act(model, obs, bf16: bool):
+    model.autocast_dtype = torch.bfloat16 if bf16 else None
+    model.act(obs)
+
+
+CLOCK = time.perf_counter
+
+
+def per_call_ms(fn, reps: int) -> float:
+    start = CLOCK()
+    for _ in range(reps):
+        fn()
+    return 1000 * (CLOCK() - start) / reps
+
+
+def compare(variants: dict, rounds: int, reps: int) -> dict:
+    """Per-call ms of each variant in each round (variants alternate, the order flips every round)."""
+    names = list(variants)
+    for fn in variants.values():  # warm-up: kernels picked, caches filled
+        per_call_ms(fn, 3)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        for n in (names if r % 2 == 0 else names[::-1]):
+            times[n].append(per_call_ms(variants[n], reps))
+    a, b = names
+    ratios = [x / y for x, y in zip(times[a], times[b])]
+    return {"ms": {n: statistics.median(t) for n, t in times.items()}, "ratio": f"{a} / {b}",
+            "ratios": [round(x, 3) for x in ratios], "median_ratio": statistics.median(ratios)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--recipe", default="a2c-pong-local")
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--reps", type=int, default=20, help="calls per variant per round")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: as rlkit sets them, one per core)")
+    p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                   help="cpu: the process's CPU time, steadier than wall time on a busy host (use with --threads 1)")
+    p.add_argument("--only", choices=["bootstrap", "bf16"], help="one of the two comparisons")
+    p.add_argument("--json")
+    a = p.parse_args()
+    import os
+
+    torch.set_num_threads(a.threads or os.cpu_count() or 1)
+    global CLOCK
+    CLOCK = time.process_time if a.clock == "cpu" else time.perf_counter
+    cfg, model, opt, batch = setup(a.recipe)
+    T, N = cfg.algo.rollout_len, cfg.env.num_envs
+    out = {"recipe": a.recipe, "T": T, "N": N, "threads": torch.get_num_threads(), "clock": a.clock}
+    if a.only != "bf16":
+        out["train_bootstrap"] = compare(
+            {"split": lambda: train_step(model, opt, cfg, batch, loss_split, False),
+             "t_plus_1": lambda: train_step(model, opt, cfg, batch, loss_t_plus_1, False)}, a.rounds, a.reps)
+    if a.only != "bootstrap":
+        out["train_bf16"] = compare(
+            {"bf16": lambda: train_step(model, opt, cfg, batch, loss_split, True),
+             "fp32": lambda: train_step(model, opt, cfg, batch, loss_split, False)}, a.rounds, a.reps)
+        obs = batch[0][0]
+        out["act_bf16"] = compare({"bf16": lambda: act(model, obs, True), "fp32": lambda: act(model, obs, False)},
+                                  a.rounds, a.reps * 5)
+    print(json.dumps(out, indent=1))
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump(out, fh, indent=2)
+
+
+if __name__ == "__main__":
+    main()
