@@ -67,6 +67,17 @@ communicator's factory receives and what run hooks see as `run.options`.
 """
 
 
+ENV_FAMILIES_TEXT = """\
+## Environment families
+
+`env.id` is any gymnasium id, `ALE/<Game>-v5` (ale-py's vector env), or an id of an environment
+family that a plugin provides (`rlkit_env_families`): rlkit registers the family with gymnasium
+when a recipe asks for one of its ids, in every process that builds envs, with no import step in
+the recipe. `rlkit plugins` lists the installed families.
+
+"""
+
+
 def main(argv: list[str]) -> int:
     text = render()
     if "--check" in argv:
@@ -82,7 +93,7 @@ def render() -> str:
     parts = [HEADER, recipes_table(), "\n## Fields\n\n", "Units: agent steps are actions in one env; "
              "frames are agent steps x `env.atari.frameskip` on Atari ids.\n\n"]
     parts += section_tables(RunConfig, "")
-    parts += [OPTIONS_TEXT, communicator_tables()]
+    parts += [OPTIONS_TEXT, communicator_tables(), env_family_table()]
     return "".join(parts)
 
 
@@ -181,13 +192,25 @@ def communicator_tables() -> str:
 def documented_communicators() -> list[tuple[str, CommunicatorSpec]]:
     """rlkit's built-ins (its own entry points) and the example plugin (imported from its source)."""
     found = []
-    for ep in md.distribution("rlkit").entry_points:
-        if ep.group == "rlkit":
-            found += [("built-in", spec) for spec in ep.load().rlkit_communicators()]
+    for module in builtin_plugins():
+        if hasattr(module, "rlkit_communicators"):
+            found += [("built-in", spec) for spec in module.rlkit_communicators()]
     sys.path.insert(0, str(EXAMPLE_PLUGIN))
     example = importlib.import_module("rlkit_lookahead")
     found += [("example plugin, `docs/example_plugin`", spec) for spec in example.rlkit_communicators()]
     return found
+
+
+def builtin_plugins() -> list:
+    """The modules rlkit's own distribution registers in the ``rlkit`` entry-point group."""
+    return [ep.load() for ep in md.distribution("rlkit").entry_points if ep.group == "rlkit"]
+
+
+def env_family_table() -> str:
+    rows = [(f"`{spec.name}`", ", ".join(f"`{p}…`" for p in spec.prefixes), cell(spec.summary))
+            for module in builtin_plugins() if hasattr(module, "rlkit_env_families")
+            for spec in module.rlkit_env_families()]
+    return ENV_FAMILIES_TEXT + table(("family", "env ids", "about"), rows) + "\n"
 
 
 def table(header: tuple, rows: list[tuple]) -> str:
