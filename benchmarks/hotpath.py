@@ -5,6 +5,8 @@
    observations plus a no-grad forward over the N observations s_T.
 2. bf16 autocast against float32: the train step (loss, backward, clip, optimizer step, batch T*N)
    and the act forward (batch N).
+3. Acting (batch N): ``ActorCritic.act`` (softmax + multinomial) against building a validated
+   ``Categorical`` and sampling from it, as ``act`` did before.
 
 Variants alternate inside every round, so a noisy neighbour slows them alike; the report is each
 round's ratio and the median ratio (times are per call, median over rounds).
@@ -81,6 +83,14 @@ def act(model, obs, bf16: bool):
 CLOCK = time.perf_counter
 
 
+def act_categorical(model, obs):
+    from torch.distributions import Categorical
+
+    with torch.no_grad():
+        head, _ = model(obs)
+        Categorical(logits=head).sample()
+
+
 def per_call_ms(fn, reps: int) -> float:
     start = CLOCK()
     for _ in range(reps):
@@ -111,7 +121,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: as rlkit sets them, one per core)")
     p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                    help="cpu: the process's CPU time, steadier than wall time on a busy host (use with --threads 1)")
-    p.add_argument("--only", choices=["bootstrap", "bf16"], help="one of the two comparisons")
+    p.add_argument("--only", choices=["bootstrap", "bf16", "sampling"], help="one of the comparisons")
     p.add_argument("--json")
     a = p.parse_args()
     import os
@@ -122,11 +132,15 @@ def main() -> None:
     cfg, model, opt, batch = setup(a.recipe)
     T, N = cfg.algo.rollout_len, cfg.env.num_envs
     out = {"recipe": a.recipe, "T": T, "N": N, "threads": torch.get_num_threads(), "clock": a.clock}
-    if a.only != "bf16":
+    if a.only in (None, "sampling"):
+        obs = batch[0][0]
+        out["act_sampling"] = compare({"multinomial": lambda: act(model, obs, False),
+                                       "categorical": lambda: act_categorical(model, obs)}, a.rounds, a.reps * 5)
+    if a.only in (None, "bootstrap"):
         out["train_bootstrap"] = compare(
             {"split": lambda: train_step(model, opt, cfg, batch, loss_split, False),
              "t_plus_1": lambda: train_step(model, opt, cfg, batch, loss_t_plus_1, False)}, a.rounds, a.reps)
-    if a.only != "bootstrap":
+    if a.only in (None, "bf16"):
         out["train_bf16"] = compare(
             {"bf16": lambda: train_step(model, opt, cfg, batch, loss_split, True),
              "fp32": lambda: train_step(model, opt, cfg, batch, loss_split, False)}, a.rounds, a.reps)

@@ -141,9 +141,10 @@ class ActorCritic(nn.Module):
             return self.policy_head(features.float()), self.value_head(value_features.float()).squeeze(-1)
 
     def distribution(self, head: torch.Tensor):
+        # no argument validation: a NaN head reaches the loss, where algo.on_nonfinite deals with it
         if self.discrete:
-            return Categorical(logits=head)
-        return Normal(head, self.log_std.exp().expand_as(head))
+            return Categorical(logits=head, validate_args=False)
+        return Normal(head, self.log_std.exp().expand_as(head), validate_args=False)
 
     @torch.no_grad()  # not inference_mode: callers may score the sampled actions with autograd
     def act(self, obs: torch.Tensor, greedy: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
@@ -151,6 +152,8 @@ class ActorCritic(nn.Module):
         head, values = self(obs)
         if greedy:
             actions = head.argmax(-1) if self.discrete else head
+        elif self.discrete:  # what Categorical(logits=head).sample() draws, without building the distribution
+            actions = torch.multinomial(torch.softmax(head, -1), 1).squeeze(-1)
         else:
             actions = self.distribution(head).sample()
         return actions, values

@@ -110,3 +110,15 @@ def test_cartpole_trains_under_bf16_mixed_and_parameters_stay_float32(tmp_path, 
     with open(result.run_dir / "csv" / "metrics.csv") as fh:
         losses = [float(r["loss/total"]) for r in csv.DictReader(fh) if r.get("loss/total")]
     assert losses and all(np.isfinite(losses))
+
+
+def test_act_draws_what_the_categorical_distribution_draws():
+    from torch.distributions import Categorical
+
+    model = ActorCritic(*CARTPOLE_SPACES, ModelConfig())
+    obs = torch.randn(64, 4)
+    head, _ = model(obs)
+    torch.manual_seed(5)
+    actions, _ = model.act(obs)
+    torch.manual_seed(5)
+    assert torch.equal(actions, Categorical(logits=head.detach()).sample())
