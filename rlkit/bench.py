@@ -23,7 +23,7 @@ import torch
 
 from rlkit.errors import UserError
 
-RECIPES = {"pong": "a2c-pong-local", "cartpole": "a2c-cartpole-local"}
+RECIPES = {"pong": "a2c-pong-local", "cartpole": "a2c-cartpole-local", "minatar-breakout": "a2c-minatar-breakout-local"}
 ROUNDS = 3
 
 
@@ -91,11 +91,12 @@ def _env_step_ms(cfg, steps: int) -> float:
 def _network_ms(cfg, device: str, updates: int) -> tuple[float, float]:
     from rlkit.envs import env_spaces
     from rlkit.module import ActorCriticModule
+    from rlkit.optim import make_optimizer
     from rlkit.rollout import Batch
 
     obs_space, action_space = env_spaces(cfg.env)
     module = ActorCriticModule(cfg, obs_space, action_space).to(device)
-    opt = torch.optim.RMSprop(module.parameters(), lr=cfg.algo.lr, alpha=cfg.algo.alpha, eps=cfg.algo.eps)
+    opt = make_optimizer(module.parameters(), cfg.algo)
     T, N = cfg.algo.rollout_len, cfg.env.num_envs
     rng = np.random.default_rng(0)
     obs = torch.as_tensor(np.stack([obs_space.sample() for _ in range((T + 1) * N)]), device=device)

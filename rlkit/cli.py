@@ -55,9 +55,17 @@ def _parser() -> argparse.ArgumentParser:
     cmp.add_argument("-o", "--output", metavar="DIR",
                      help="where compare.md and curves.png go (default: the sweep folder given first, else .)")
     bench = sub.add_parser("bench", help="throughput benchmarks (see docs/benchmarks.md)")
-    bench.add_argument("name", choices=["core"])
-    bench.add_argument("--env", default="pong", choices=["pong", "cartpole", "all"])
-    bench.add_argument("--updates", type=int, default=150, help="updates per measurement")
+    bench.add_argument("name", nargs="?", default="peers", choices=["peers", "core"],
+                       help="peers (default): rlkit vs a reference loop, the raw env and SB3; core: where one "
+                       "learner's time goes")
+    bench.add_argument("--env", default="pong", choices=["pong", "cartpole", "minatar-breakout", "all"])
+    bench.add_argument("--steps", type=int, default=40_000, help="peers: agent steps per contender and round")
+    bench.add_argument("--rounds", type=int, default=3, help="peers: interleaved rounds")
+    bench.add_argument("--bf16", action="store_true", help="peers: also rlkit with trainer.precision=bf16-mixed")
+    bench.add_argument("--no-sb3", dest="sb3", action="store_false", help="peers: leave Stable-Baselines3 out")
+    bench.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="peers: a recipe override for every contender (repeatable)")
+    bench.add_argument("--updates", type=int, default=150, help="core: updates per measurement")
     bench.add_argument("--device", default="cpu", choices=["cpu", "cuda", "all"])
     bench.add_argument("--json", help="also write the results as JSON")
     return p
@@ -207,9 +215,23 @@ def _compare(args) -> int:
 
 
 def _bench(args) -> int:
-    from rlkit.bench import run_core_bench
+    if args.name == "core":
+        from rlkit.bench import run_core_bench
 
-    run_core_bench(args.env, args.updates, args.device, args.json)
+        run_core_bench(args.env, args.updates, args.device, args.json)
+        return 0
+    from rlkit.bench_peers import run_peers_bench
+
+    if args.device == "all":
+        raise UserError("--device: peers runs on one device (cpu or cuda)")
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UserError("--device cuda: no CUDA device is visible here")
+    if args.steps < 1 or args.rounds < 1:
+        raise UserError(f"--steps and --rounds must be >= 1, got {args.steps} and {args.rounds}")
+    run_peers_bench(args.env, args.steps, args.rounds, args.device, args.bf16, args.sb3, args.overrides, args.json)
     return 0
 
 
