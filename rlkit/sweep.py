@@ -138,7 +138,7 @@ def plan_runs(plan: SweepPlan, sweep_dir: Path, cores: int, manager) -> list[Swe
                 env_spaces(cfg.env)
                 envs_checked.add(cfg.env.id)
             need = min(cores, spec.cores_used(options, cfg))
-            if cfg.trainer.torch_threads == 0 and need < cores:  # sharing the host: a thread per core it holds
+            if cfg.trainer.torch_threads == 0:  # a thread per core it holds, not per core of the host
                 placed.append(f"trainer.torch_threads={max(1, need // cfg.placement.learners)}")
             runs.append(SweepRun(label, seed, sweep_dir / label / f"seed{seed}", need,
                                  (recipe, *plan.overrides, *placed)))

@@ -114,3 +114,23 @@ def test_cartpole_sweep_is_interrupted_resumed_and_compared(tmp_path):
     rows = [line for line in md.splitlines() if line.startswith("| a2c-cartpole-local")]
     assert len(rows) == 1 and "| 2 |" in rows[0]
     assert "CartPole-v1" in md and (tmp_path / "runs" / "cp" / "curves.png").stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_runs_stop_when_the_sweep_is_killed_outright(tmp_path):
+    """SIGKILL gives the sweep no chance to stop its runs: the kernel sends them SIGTERM (their
+    graceful stop), so none outlives it and the run left a checkpoint to resume from."""
+    run = tmp_path / "runs" / "k" / "a2c-cartpole-local" / "seed0"
+    sweep = subprocess.Popen([sys.executable, "-m", "rlkit.cli", "sweep", "a2c-cartpole-local", "--name", "k", *TINY],
+                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             env=dict(os.environ, WANDB_MODE="offline"))
+    try:
+        wait_for(lambda: any((run / "checkpoints").glob("update-*.ckpt")), 300, "the first checkpoint")
+        children = descendants(sweep.pid)
+        sweep.kill()
+        sweep.wait(timeout=10)
+    finally:
+        sweep.kill()
+    wait_for(lambda: not [p for p in children if Path(f"/proc/{p}").exists()], 150, "the runs to stop")
+    assert (run / "checkpoints" / "interrupted.ckpt").is_file()
+    assert "rlkit: stopped by SIGTERM" in (run / "sweep.log").read_text()
