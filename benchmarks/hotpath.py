@@ -11,7 +11,8 @@
 Variants alternate inside every round, so a noisy neighbour slows them alike; the report is each
 round's ratio and the median ratio (times are per call, median over rounds).
 
-    nice -n 10 python benchmarks/hotpath.py --recipe a2c-pong-local --rounds 7 --reps 20
+    nice -n 10 python benchmarks/hotpath.py --recipe a2c-pong-local --threads 1 --clock cpu --rounds 9 --reps 10
+    python benchmarks/hotpath.py --recipe a2c-pong-local --device cuda   # on a GPU host
 """
 
 from __future__ import annotations
@@ -30,17 +31,18 @@ from rlkit.optim import make_optimizer
 from rlkit.recipes import load_recipe
 
 
-def setup(recipe_name: str):
+def setup(recipe_name: str, device: str = "cpu"):
     cfg = load_recipe(recipe_name)
     obs_space, action_space = env_spaces(cfg.env)
     torch.manual_seed(0)
-    model = ActorCritic(obs_space, action_space, cfg.model)
+    model = ActorCritic(obs_space, action_space, cfg.model).to(device)
     T, N = cfg.algo.rollout_len, cfg.env.num_envs
     obs = torch.as_tensor(obs_space.sample()).expand(T + 1, N, *obs_space.shape).clone()
     obs = torch.randint(0, 255, obs.shape, dtype=torch.uint8) if obs.dtype == torch.uint8 else obs.float()
     actions = torch.randint(0, int(action_space.n), (T, N))
     rewards, dones = torch.randn(T, N), torch.zeros(T, N)
-    return cfg, model, make_optimizer(model.parameters(), cfg.algo), (obs, actions, rewards, dones)
+    batch = tuple(t.to(device) for t in (obs, actions, rewards, dones))
+    return cfg, model, make_optimizer(model.parameters(), cfg.algo), batch
 
 
 def loss_t_plus_1(model, cfg, obs, actions, rewards, dones):
@@ -80,9 +82,6 @@ def act(model, obs, bf16: bool):
     model.act(obs)
 
 
-CLOCK = time.perf_counter
-
-
 def act_categorical(model, obs):
     from torch.distributions import Categorical
 
@@ -91,10 +90,16 @@ def act_categorical(model, obs):
         Categorical(logits=head).sample()
 
 
+CLOCK = time.perf_counter
+SYNC = lambda: None  # noqa: E731  (torch.cuda.synchronize on a GPU)
+
+
 def per_call_ms(fn, reps: int) -> float:
+    SYNC()
     start = CLOCK()
     for _ in range(reps):
         fn()
+    SYNC()
     return 1000 * (CLOCK() - start) / reps
 
 
@@ -122,16 +127,20 @@ def main() -> None:
     p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                    help="cpu: the process's CPU time, steadier than wall time on a busy host (use with --threads 1)")
     p.add_argument("--only", choices=["bootstrap", "bf16", "sampling"], help="one of the comparisons")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (wall clock, synchronised)")
     p.add_argument("--json")
     a = p.parse_args()
     import os
 
     torch.set_num_threads(a.threads or os.cpu_count() or 1)
-    global CLOCK
-    CLOCK = time.process_time if a.clock == "cpu" else time.perf_counter
-    cfg, model, opt, batch = setup(a.recipe)
+    global CLOCK, SYNC
+    CLOCK = time.process_time if a.clock == "cpu" and a.device == "cpu" else time.perf_counter
+    if a.device != "cpu":
+        SYNC = torch.cuda.synchronize
+    cfg, model, opt, batch = setup(a.recipe, a.device)
     T, N = cfg.algo.rollout_len, cfg.env.num_envs
-    out = {"recipe": a.recipe, "T": T, "N": N, "threads": torch.get_num_threads(), "clock": a.clock}
+    out = {"recipe": a.recipe, "device": a.device, "T": T, "N": N, "threads": torch.get_num_threads(),
+           "clock": "wall" if CLOCK is time.perf_counter else "cpu"}
     if a.only in (None, "sampling"):
         obs = batch[0][0]
         out["act_sampling"] = compare({"multinomial": lambda: act(model, obs, False),

@@ -175,10 +175,13 @@ def main() -> None:
     p.add_argument("--only-capacity", action="store_true", help="only the prediction-capacity section")
     p.add_argument("--actors", type=int, nargs="+", default=[16],
                    help="actor processes (1 env each) of the PPS sections; several values give one row each")
+    p.add_argument("--only-pps", action="store_true",
+                   help="prediction capacity and PPS in training runs (batched vs batch 1); no tuning, no local run")
+    p.add_argument("--accel", default="all", choices=["all", "cpu", "gpu"], help="where the learner runs")
     p.add_argument("--json")
     a = p.parse_args()
-    accels = ["cpu"] + (["gpu"] if torch.cuda.is_available() else [])
-    if len(accels) == 1:
+    accels = ["cpu"] + (["gpu"] if torch.cuda.is_available() else []) if a.accel == "all" else [a.accel]
+    if a.accel == "all" and len(accels) == 1:
         print("(gpu rows skipped: no CUDA device)")
     out = {}
     for accel in accels:
@@ -187,9 +190,11 @@ def main() -> None:
         if a.only_capacity:
             print(accel, json.dumps(out[accel], indent=1))
             continue
-        out[accel].update(pps=pps_section(a.steps, a.rounds, accel, a.actors[0]), vs_local=versus_local(a.steps, a.rounds, accel))
+        out[accel].update(pps=pps_section(a.steps, a.rounds, accel, a.actors[0]))
+        if not a.only_pps:
+            out[accel].update(vs_local=versus_local(a.steps, a.rounds, accel))
         print(accel, json.dumps(out[accel], indent=1))
-    if not a.only_capacity:
+    if not (a.only_capacity or a.only_pps):
         out["tuning"] = tuning_section(a.steps, a.tuned_steps)
         print(json.dumps(out["tuning"], indent=1))
     if a.json:
