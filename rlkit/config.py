@@ -92,7 +92,8 @@ class TrainerConfig:
     accelerator: str = opt("cpu", "Lightning accelerator", choices=("cpu", "gpu", "cuda", "auto"))
     devices: int = opt(1, "devices per node", ge=1)
     num_nodes: int = opt(1, "nodes (hosts) of a multi-node run", ge=1)
-    precision: str = opt("32-true", "Lightning precision", choices=("32-true", "bf16-mixed"))
+    precision: str = opt("32-true", "32-true, or bf16-mixed: the network body under bf16 autocast when acting and "
+                         "training (CPU or GPU); heads, loss and parameters float32", choices=("32-true", "bf16-mixed"))
     torch_threads: int = opt(0, "torch intra-op threads per learner (0 = cores / learners on this host)", ge=0)
     log_every_n_updates: int = opt(20, "log metrics every this many updates", ge=1)
     progress_bar: bool = opt(True, "show the rich progress bar")
