@@ -79,6 +79,9 @@ def _play(model: ActorCritic, env_cfg, episodes: int, greedy: bool, seed: int, w
 def _render_gif(model: ActorCritic, env_cfg, greedy: bool, seed: int, path: str) -> str:
     import gymnasium as gym
 
+    from rlkit.envs import register_env_family
+
+    register_env_family(env_cfg.id)
     env = gym.make(env_cfg.id, render_mode="rgb_array", **dict(env_cfg.kwargs))
     try:
         obs, _ = env.reset(seed=seed)
@@ -98,10 +101,20 @@ def _render_gif(model: ActorCritic, env_cfg, greedy: bool, seed: int, path: str)
         env.close()
 
 
+def _gif_frame(frame) -> np.ndarray:
+    """uint8 pixels, at least ~160 pixels across: MinAtar renders its 10x10 grid as floats in [0, 1],
+    one pixel per cell."""
+    a = np.asarray(frame)
+    if a.dtype != np.uint8:
+        a = (np.clip(a, 0.0, 1.0) * 255).astype(np.uint8)
+    scale = max(1, 160 // max(a.shape[:2]))
+    return a.repeat(scale, axis=0).repeat(scale, axis=1)
+
+
 def _write_gif(frames: list, path: str) -> str:
     from PIL import Image
 
-    images = [Image.fromarray(np.asarray(f)) for f in frames[::2]]
+    images = [Image.fromarray(_gif_frame(f)) for f in frames[::2]]
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     images[0].save(path, save_all=True, append_images=images[1:], duration=40, loop=0)
     return path

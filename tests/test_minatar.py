@@ -92,3 +92,12 @@ def test_a2c_learns_minatar_breakout_well_above_random(tmp_path):
     with open(result.run_dir / "csv" / "metrics.csv") as fh:
         first = next(r for r in csv.DictReader(fh) if r.get("score_mean"))
     assert float(first["score_mean"]) < result.score_mean
+    # the checkpoint plays, and its first game renders (MinAtar draws floats, 1 pixel per cell)
+    from PIL import Image
+
+    from rlkit.evaluate import evaluate
+
+    report = evaluate(str(result.run_dir / "checkpoints" / "last.ckpt"), 3, gif=str(tmp_path / "game.gif"))
+    assert len(report.scores) == 3
+    with Image.open(tmp_path / "game.gif") as gif:
+        assert gif.size == (160, 160) and gif.n_frames >= 2
