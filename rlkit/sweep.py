@@ -42,7 +42,8 @@ def parse_seeds(text: str) -> list[int]:
             raise UserError(f"--seeds: '{text}' is not a seed list; write e.g. 0-4 or 0,2,5")
         first, last = int(match.group(1)), int(match.group(2) or match.group(1))
         if last < first:
-            raise UserError(f"--seeds: {part.strip()} is an empty range; write the lower seed first (e.g. {last}-{first})")
+            raise UserError(f"--seeds: {part.strip()} is an empty range; write the lower seed first "
+                            f"(e.g. {last}-{first})")
         seeds += [s for s in range(first, last + 1) if s not in seeds]
     return seeds
 

@@ -29,7 +29,8 @@ def sweep(tmp_path):
     for label, scores in finals.items():
         for seed, final in enumerate(scores):
             curve = [(1000, 0.0), (2000, final / 2), (3000, final)]
-            make_run(root / label / f"seed{seed}", "Toy-v0", label.rsplit("-", 1)[1], final, curve, sps=100.0 * (seed + 1))
+            make_run(root / label / f"seed{seed}", "Toy-v0", label.rsplit("-", 1)[1], final, curve,
+                     sps=100.0 * (seed + 1))
     return root
 
 

@@ -93,7 +93,8 @@ def test_cartpole_sweep_is_interrupted_resumed_and_compared(tmp_path):
     assert sweep.returncode == 130, out
     assert "continue with: rlkit sweep --resume runs/cp" in out
     assert not [p for p in children if Path(f"/proc/{p}").exists()], "a run outlived the sweep"
-    assert (runs / "seed1" / "checkpoints" / "interrupted.ckpt").is_file() and not (runs / "seed1" / "result.json").exists()
+    assert (runs / "seed1" / "checkpoints" / "interrupted.ckpt").is_file()
+    assert not (runs / "seed1" / "result.json").exists()
     kept = (runs / "seed0" / "result.json").stat().st_mtime_ns
 
     again = rlkit("sweep", "--resume", "runs/cp", cwd=tmp_path, timeout=300)
