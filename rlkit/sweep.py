@@ -11,6 +11,7 @@ second Ctrl-C. The runs die with the sweep even if it is killed outright (they g
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -18,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -164,7 +166,7 @@ def open_sweep(items: list[str], seeds: str | None, name: str | None, root: str,
             raise UserError(f"--name: {sweep_dir} holds another sweep (its recipes, seeds or overrides differ); "
                             f"continue it with `rlkit sweep --resume {sweep_dir}` or choose another --name")
         return old, sweep_dir
-    if sweep_dir.exists() and any(sweep_dir.iterdir()):
+    if sweep_dir.exists() and any(p.name != ".lock" for p in sweep_dir.iterdir()):
         raise UserError(f"--name: {sweep_dir} exists and is not a sweep folder; choose another --name")
     return plan, sweep_dir
 
@@ -181,8 +183,22 @@ def sweep(items: list[str], seeds: str | None = None, name: str | None = None, r
     plan, sweep_dir = open_sweep(items, seeds, name, root, resume)
     runs = plan_runs(plan, sweep_dir, cores, manager or build_plugin_manager())
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    (sweep_dir / SWEEP_FILE).write_text(json.dumps(asdict(plan), indent=2) + "\n")
-    return Scheduler(runs, cores, sweep_dir).run()
+    with _only_sweep_of(sweep_dir):
+        (sweep_dir / SWEEP_FILE).write_text(json.dumps(asdict(plan), indent=2) + "\n")
+        return Scheduler(runs, cores, sweep_dir).run()
+
+
+@contextmanager
+def _only_sweep_of(sweep_dir: Path):
+    """An exclusive lock on the sweep folder for as long as this sweep runs (the kernel drops it
+    when the process dies): a second ``rlkit sweep`` of the same folder would start the same runs."""
+    with open(sweep_dir / ".lock", "w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(f"sweep: {sweep_dir} is being run by another rlkit sweep; wait for it or stop it "
+                            "(Ctrl-C), then resume") from None
+        yield
 
 
 class SweepStopped(Exception):

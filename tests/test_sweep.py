@@ -65,6 +65,23 @@ def test_bad_sweep_input_is_one_line_exit_2(args, needle, tmp_path):
     assert "Traceback" not in out.stderr and not (tmp_path / "runs").exists()
 
 
+def test_a_sweep_folder_runs_one_sweep_at_a_time(tmp_path):
+    import fcntl
+
+    from rlkit.sweep import sweep
+
+    plan, folder = open_sweep(["a2c-cartpole-local"], None, "s", str(tmp_path), None)
+    folder.mkdir()
+    (folder / "sweep.json").write_text(json.dumps(plan.__dict__))
+    with open(folder / ".lock", "w") as held:  # as a running sweep holds it
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(UserError, match="is being run by another rlkit sweep"):
+            sweep(["a2c-cartpole-local"], name="s", root=str(tmp_path))
+        with pytest.raises(UserError, match="is being run by another rlkit sweep"):
+            sweep([], resume=str(folder))
+    assert not (folder / "a2c-cartpole-local").exists()
+
+
 def wait_for(predicate, timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
