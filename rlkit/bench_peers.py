@@ -129,8 +129,10 @@ def subprocess_contender(argv: list[str], log: Path, steps: int) -> tuple[float,
         done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=err, text=True, env=_child_env())
     seconds = time.perf_counter() - start
     if done.returncode != 0:
+        from rlkit.errors import RunFailed
+
         tail = "".join(log.read_text().splitlines(keepends=True)[-15:])
-        raise RuntimeError(f"{' '.join(argv)} exited with {done.returncode}; its log ends:\n{tail}")
+        raise RunFailed(f"bench: {' '.join(argv[1:])} exited with {done.returncode}; its log ends:\n{tail}")
     return steps / seconds, done.stdout
 
 
