@@ -87,6 +87,19 @@ def test_act_runs_under_autocast_when_asked_and_answers_in_float32():
     assert all(p.dtype == torch.float32 for p in model.parameters())
 
 
+def test_act_autocasts_in_another_thread_too():
+    """The queues predictors act in threads of their own, which Lightning's autocast (per thread) misses."""
+    import threading
+
+    model = ActorCritic(*PONG_SPACES, ModelConfig(), autocast_dtype=torch.bfloat16)
+    seen = []
+    thread = threading.Thread(target=lambda: seen.extend(autocast_seen_by_body(
+        model, torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8))))
+    thread.start()
+    thread.join()
+    assert seen == [(True, torch.bfloat16)]
+
+
 def test_bf16_mixed_recipe_sets_the_models_autocast():
     module = ActorCriticModule(load_recipe("a2c-cartpole-local", ["trainer.precision=bf16-mixed"]), *CARTPOLE_SPACES)
     assert module.model.autocast_dtype == torch.bfloat16
