@@ -39,7 +39,10 @@ def test_cartpole_gossip_solves_within_300k_steps_with_bounded_consensus(tmp_pat
     assert result["solved"] and max(x["score_mean"] for x in learners) >= 475, result
     assert result["agent_steps"] == sum(x["agent_steps"] for x in learners) < 300_000, result
     assert result["episodes_in_mean"] == 80 and result["score_mean"] >= 300, result
-    dists = [float(r["consensus/dist_max"]) for r in rows(tmp_path / "solve") if r.get("consensus/dist_max")]
+    # from update 2 on: the row of update 1 measures PyTorch RMSprop's first step (about 10 x lr x
+    # sign(g) per weight, whatever g: docs/learning.md), ~3 on this network, not a drift
+    dists = [float(r["consensus/dist_max"]) for r in rows(tmp_path / "solve")
+             if r.get("consensus/dist_max") and int(r["step"]) > 1]
     assert len(dists) >= 10 and all(math.isfinite(d) for d in dists)
     # the epsilon-ball: bounded throughout (it breathes with the gradients: wider while the policy
     # changes fast near the end, so no monotone claim), and most of the time well inside the bound
