@@ -74,7 +74,9 @@ def a2c(cfg, steps: int, device: str = "cpu", seed: int = 0) -> dict:
     return {"agent_steps": len(times) * T * N, "update_times": times, "scores": scores}
 
 
-def main() -> None:
+def contender_main(run) -> None:
+    """A benchmark contender's command line: RECIPE [overrides] --steps N [--device D]; prints
+    ``run(cfg, steps, device, seed)`` as JSON. Shared by the reference loop and SB3's."""
     from rlkit.recipes import load_recipe
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -85,7 +87,11 @@ def main() -> None:
     a = p.parse_args()
     cfg = load_recipe(a.recipe, a.overrides)
     torch.set_num_threads(cfg.trainer.torch_threads or os.cpu_count() or 1)  # as rlkit sets one learner's
-    print(json.dumps(a2c(cfg, a.steps, a.device, cfg.seed)))
+    print(json.dumps(run(cfg, a.steps, a.device, cfg.seed)))
+
+
+def main() -> None:
+    contender_main(a2c)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,6 @@ Needs the optional extra: ``pip install -e .[bench]``.
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import time
 
 import torch
@@ -103,17 +100,9 @@ def _minatar_extractor():
 
 
 def main() -> None:
-    from rlkit.recipes import load_recipe
+    from rlkit.bench_reference import contender_main
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("recipe")
-    p.add_argument("overrides", nargs="*")
-    p.add_argument("--steps", type=int, required=True)
-    p.add_argument("--device", default="cpu")
-    a = p.parse_args()
-    cfg = load_recipe(a.recipe, a.overrides)
-    torch.set_num_threads(cfg.trainer.torch_threads or os.cpu_count() or 1)  # as rlkit sets one learner's
-    print(json.dumps(sb3_a2c(cfg, a.steps, a.device, cfg.seed)))
+    contender_main(sb3_a2c)
 
 
 if __name__ == "__main__":
