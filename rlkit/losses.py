@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -82,6 +83,17 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
     if not bool(var > 0):
         return float("nan")
     return float(1.0 - torch.var(returns - values, unbiased=False) / var)
+
+
+def update_size(before: list[torch.Tensor], after: list[torch.Tensor], lr: float) -> dict[str, float]:
+    """How far one optimizer step moved the parameters: ``optim/update_ratio`` = |dtheta| / |theta|
+    (about 1e-3 is the usual healthy order) and ``optim/step_per_lr`` = rms(dtheta) / lr, the step
+    per weight in units of the learning rate (about 1 for PyTorch's RMSprop in steady state, far
+    below 1 when an optimizer's eps dominates the gradients' root mean square)."""
+    delta = torch.cat([(a.detach().float() - b.float()).reshape(-1) for a, b in zip(after, before)])
+    norm = torch.cat([a.detach().float().reshape(-1) for a in after]).norm()
+    rms = delta.norm() / math.sqrt(max(1, delta.numel()))
+    return {"optim/update_ratio": float(delta.norm() / norm.clamp_min(1e-12)), "optim/step_per_lr": float(rms / lr)}
 
 
 def floored_log_prob(probs: torch.Tensor, actions: torch.Tensor, floor: float) -> torch.Tensor:

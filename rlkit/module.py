@@ -17,7 +17,7 @@ from rlkit import rng
 from rlkit.config import RunConfig
 from rlkit.envs import is_atari
 from rlkit.errors import RunFailed
-from rlkit.losses import a2c_loss, explained_variance, normalize, returns_and_advantages
+from rlkit.losses import a2c_loss, explained_variance, normalize, returns_and_advantages, update_size
 from rlkit.models import ActorCritic
 from rlkit.optim import make_optimizer
 from rlkit.rollout import Batch
@@ -111,7 +111,11 @@ class ActorCriticModule(pl.LightningModule):
         if not self._finite(losses.total, grad_norm):
             self._account(batch)  # the env steps happened; the update did not
             return
+        logged = (self.global_step + 1) % self.recipe.trainer.log_every_n_updates == 0 or self.global_step == 0
+        params = [p for p in self.parameters() if p.grad is not None] if logged else []
+        before, lr = [p.detach().clone() for p in params], opt.param_groups[0]["lr"]
         opt.step()
+        self._update_size = update_size(before, params, lr) if logged else None
         self.lr_schedulers().step()
         update = self.global_step
         self.hooks.after_optimizer_step(self, update)
@@ -247,6 +251,7 @@ class ActorCriticModule(pl.LightningModule):
             "grad_norm": grad_norm.item(), "lr": self.optimizers().param_groups[0]["lr"],
         }
         metrics.update(self.diagnostics())
+        metrics.update(getattr(self, "_update_size", None) or {})
         if self.nonfinite_skipped:
             metrics["nonfinite/skipped"] = float(self.nonfinite_skipped)
         metrics.update(self._window.flush(self.recipe.placement.learners, self.frames_per_step))
@@ -305,7 +310,8 @@ class ActorCriticModule(pl.LightningModule):
 # What every learner of a multi-learner run writes to csv/learner<r>.csv at the log interval (the
 # loggers see rank 0's numbers only): enough to tell, per learner, a stuck critic from a stuck policy.
 LEARNER_COLUMNS = ("agent_steps", "loss/value", "loss/entropy", "loss/policy", "grad_norm", "value/explained_variance",
-                   "value/mean", "value/return_mean", "policy/max_prob", "model/dead_units", "score_mean", "sps")
+                   "value/mean", "value/return_mean", "policy/max_prob", "model/dead_units", "optim/update_ratio",
+                   "optim/step_per_lr", "score_mean", "sps")
 
 
 class LearnerLog:

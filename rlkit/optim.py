@@ -3,9 +3,11 @@ GA3C ran it: the mean square starts at 1 (not 0) and eps sits inside the square 
 
 PyTorch's ``RMSprop`` starts the mean square at 0 with no bias correction and adds eps outside the
 root, so its first steps move every weight by about ``lr / sqrt(1 - alpha)`` (10 x lr at alpha 0.99),
-whatever the gradient's size. TensorFlow's first steps are about ``lr * g``: with gradients clipped to a
-global norm of 0.5 over a million weights that is a slow start (a warm-up of roughly
-``1 / (1 - alpha)`` updates per e-fold the initial 1 decays), after which both behave alike.
+whatever the gradient's size, and later ones by about lr. TensorFlow's first steps are about ``lr * g``,
+and because eps sits inside the root its steps stay ``lr * g / sqrt(g^2 + eps)``: smaller than
+PyTorch's wherever a weight's gradient RMS is below sqrt(eps) (3e-3 at eps 1e-5). On Pong that is most
+weights: in GALA's run the fc layer's steps were 0.04 x and the policy head's 0.13 x PyTorch's at the
+same lr (``benchmarks/optim_state.py``; docs/benchmarks.md). The two are not interchangeable at one lr.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ import math
 
 import torch
 
-from rlkit.losses import a2c_loss, explained_variance, floored_log_prob, gae_advantages, nstep_returns, returns_and_advantages
+from rlkit.losses import (a2c_loss, explained_variance, floored_log_prob, gae_advantages, nstep_returns,
+                          returns_and_advantages, update_size)
 
 
 def t(x):
@@ -99,3 +100,12 @@ def test_explained_variance_on_a_fixed_batch():
     # predicting the negated returns: residual variance 4 * 1.25 -> 1 - 4 = -3
     assert math.isclose(explained_variance(-returns, returns), -3.0, rel_tol=1e-6)
     assert math.isnan(explained_variance(t([0.0, 1.0]), t([1.0, 1.0])))
+
+
+def test_update_size_by_hand():
+    before = [t([3.0, 0.0]), t([4.0])]  # |theta_before| = 5
+    after = [t([3.0, 0.3]), t([4.4])]  # delta = [0, 0.3, 0.4]: |delta| 0.5, rms 0.5 / sqrt 3
+    after_norm = math.sqrt(9 + 0.09 + 4.4 ** 2)
+    out = update_size(before, after, lr=0.1)
+    assert math.isclose(out["optim/update_ratio"], 0.5 / after_norm, rel_tol=1e-6)
+    assert math.isclose(out["optim/step_per_lr"], 0.5 / math.sqrt(3) / 0.1, rel_tol=1e-6)

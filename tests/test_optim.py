@@ -48,3 +48,24 @@ def test_tf_rmsprop_is_a_recipe_choice(tmp_path):
     opt = make_optimizer([torch.nn.Parameter(torch.zeros(2))], algo)
     assert isinstance(opt, TFRMSprop)
     assert opt.defaults["eps"] == 0.1 and opt.defaults["lr"] == 3e-4
+
+
+def test_tf_eps_inside_the_root_shrinks_steady_state_steps_for_small_gradients():
+    """Why rmsprop_tf at lr 0.0014 barely moved GALA's Pong policy: once the mean square has
+    forgotten its start, a weight whose gradients are ~1e-5 (the median fc weight of a Pong run)
+    moves lr * g / sqrt(g^2 + eps) ~ lr * 0.003 with eps 1e-5 inside the root, against ~lr for
+    PyTorch's RMSprop (eps outside the root)."""
+    from rlkit.losses import update_size
+
+    steps = {}
+    for name, cls in (("torch", torch.optim.RMSprop), ("tf", TFRMSprop)):
+        w = torch.zeros(1000, requires_grad=True)
+        opt = cls([w], lr=1e-3, alpha=0.99, eps=1e-5)
+        gen = torch.Generator().manual_seed(0)
+        for _ in range(3000):  # 0.99^3000: the initial mean square is forgotten
+            w.grad = 1e-5 * torch.randn(1000, generator=gen)
+            before = [w.detach().clone()]
+            opt.step()
+        steps[name] = update_size(before, [w], lr=1e-3)["optim/step_per_lr"]
+    assert 0.5 < steps["torch"] < 2.0
+    assert steps["tf"] < 0.01
