@@ -42,7 +42,8 @@ def rlkit_communicators() -> Iterable["CommunicatorSpec"]:
     it is selected.
 
     Called on: the process that builds the plugin manager (the CLI, before a recipe is loaded),
-    for ``rlkit plugins``, ``rlkit show`` and ``rlkit run``.
+    for ``rlkit plugins``, ``rlkit show``, ``rlkit run``, ``rlkit resume`` and ``rlkit sweep``; and
+    in each learner process that Lightning launches for a multi-learner run, which re-runs the CLI.
     """
 
 
@@ -72,7 +73,9 @@ def rlkit_configure(run: "Run") -> None:
     All implementations are called.
 
     Called on: the launching process, once, after the recipe and the communicator's options have
-    been validated and before the Lightning ``Trainer`` is built.
+    been validated and before the Lightning ``Trainer`` is built; and again in each learner process
+    that Lightning launches for a multi-learner run, which re-runs the CLI (under ``torchrun``, each
+    learner process runs the CLI itself and so calls it once).
     """
 
 
@@ -83,7 +86,8 @@ def rlkit_make_strategy(run: "Run") -> Any:
 
     First non-None answer wins. When nobody answers: ``"auto"``.
 
-    Called on: the launching process, once, while the ``Trainer`` is built.
+    Called on: the launching process, once, while the ``Trainer`` is built; and again in each
+    learner process that Lightning launches for a multi-learner run, which re-runs the CLI.
     """
 
 
@@ -177,5 +181,8 @@ def rlkit_unconfigure(run: "Run", error: "BaseException | None") -> None:
     Always called, also after an error or Ctrl-C (``error`` is then the exception). All
     implementations are called; one that raises does not stop the others.
 
-    Called on: the launching process, once, at the very end of the run.
+    Called on: the launching process, once, at the very end of the run; and again, at its own end,
+    in each learner process that Lightning launches for a multi-learner run, which re-runs the CLI.
+    Release there only what that process holds (the gossip plugin returns early in a learner whose
+    strategy's ``global_rank`` is not 0).
     """
