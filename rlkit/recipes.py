@@ -6,6 +6,7 @@ Every failure is a :class:`UserError` whose message names the key and what is al
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from pathlib import Path
 from typing import Any, Iterable
@@ -33,6 +34,8 @@ def resolve_recipe_path(name: str) -> Path:
     for candidate in bundled_recipes():
         if candidate.stem == name or candidate.name == name:
             return candidate
+    if path.is_dir():
+        raise UserError(f"recipe {name}: is a folder; give a YAML file or a bundled recipe name")
     if path.suffix in (".yaml", ".yml") or "/" in name:
         raise UserError(f"recipe file not found: {name}")
     stems = ", ".join(p.stem for p in bundled_recipes())
@@ -40,30 +43,53 @@ def resolve_recipe_path(name: str) -> Path:
 
 
 def load_recipe(name: str, overrides: Iterable[str] = ()) -> RunConfig:
-    """The validated recipe ``name`` (path or bundled stem) with ``key=value`` overrides applied."""
+    """The validated recipe ``name`` (path or bundled stem) with ``key=value`` overrides applied,
+    checked against this host too (:func:`check_devices`)."""
     path = resolve_recipe_path(name)
     try:
-        text = path.read_text()
+        text = path.read_bytes().decode("utf-8")
     except OSError as exc:
         raise UserError(f"cannot read recipe {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"recipe {path}: not a text file (byte {exc.object[exc.start]:#04x} at offset {exc.start} "
+                        "is not UTF-8); a recipe is a YAML file") from None
     data = _parse_yaml(text, path)
     if data is not None and not isinstance(data, dict):
         raise UserError(f"recipe {path}: the top level must be a mapping of sections (env, algo, ...), "
                         f"not a {type(data).__name__}")
-    return build_config(data, list(overrides))
+    cfg = build_config(data, list(overrides))
+    check_devices(cfg)
+    return cfg
 
 
 def build_config(data: Any, overrides: list[str]) -> RunConfig:
     if not isinstance(data, dict):
         raise UserError("recipe: the top level must be a mapping of sections (env, algo, ...)")
-    schema = OmegaConf.structured(RunConfig)
-    try:
-        merged = OmegaConf.merge(schema, OmegaConf.create(data), _parse_overrides(overrides))
-        cfg: RunConfig = OmegaConf.to_object(merged)  # type: ignore[assignment]
-    except OmegaConfBaseException as exc:
-        raise UserError(_describe(exc)) from None
+    cfg: RunConfig = _merge(RunConfig, [data, _parse_overrides(overrides)])
     check_ranges(cfg)
     return cfg
+
+
+def check_devices(cfg: RunConfig) -> None:
+    """The accelerator and device count the recipe asks for exist on this host, so a run that cannot
+    start is refused before anything is written (a checkpoint's recipe is not checked: it may be
+    evaluated on another host). torch is imported only for a recipe that asks for a GPU."""
+    t = cfg.trainer
+    if t.accelerator == "cpu" or (t.accelerator == "auto" and t.devices == 1):
+        return
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if not gpus and t.accelerator == "gpu" and torch.backends.mps.is_available():
+        gpus = 1  # Lightning's "gpu" is CUDA or, failing that, Apple's MPS
+    if t.accelerator == "auto" and not gpus:
+        return  # Lightning picks the CPU: any number of devices
+    if not gpus:
+        raise UserError(f"trainer.accelerator: '{t.accelerator}' is not available on this host (no GPU is visible); "
+                        "choose cpu or auto")
+    if t.devices > gpus and not (gpus == 1 and "TORCHELASTIC_RUN_ID" in os.environ):  # torchrun: 1 GPU each
+        raise UserError(f"trainer.devices: {t.devices} is not allowed; this host has {gpus} visible GPU"
+                        f"{'s' if gpus > 1 else ''} (trainer.accelerator={t.accelerator})")
 
 
 def to_container(cfg: Any) -> dict:
@@ -77,13 +103,48 @@ def to_yaml(cfg: Any) -> str:
 
 def validate_options(schema: type, options: Any, prefix: str) -> Any:
     """``options`` (a mapping) checked against a plugin's own dataclass schema."""
-    try:
-        merged = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.create(dict(options or {})))
-        value = OmegaConf.to_object(merged)
-    except OmegaConfBaseException as exc:
-        raise UserError(_describe(exc, prefix)) from None
+    value = _merge(schema, [dict(options or {})], prefix)
     check_ranges(value, prefix)
     return value
+
+
+def _merge(schema: type, parts: list, prefix: str = "") -> Any:
+    """``parts`` (mappings) merged in order onto ``schema``, as an instance of it."""
+    try:
+        value = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), *map(OmegaConf.create, parts)))
+        OmegaConf.structured(value)  # checks what the merge lets through, e.g. [[1]] for a List[int]
+        return value
+    except OmegaConfBaseException as exc:
+        raise UserError(_describe(exc, prefix, root=schema)) from None
+    except TypeError:  # omegaconf: a mapping where a list belongs, or the reverse
+        key, wanted = _shape_mismatch(schema, parts)
+        key = ".".join(filter(None, (prefix, key))) or "recipe"
+        raise UserError(f"{key}: must be {wanted}" if wanted else f"{key}: a mapping and a list cannot be merged") \
+            from None
+
+
+def _shape_mismatch(schema: type, parts: list) -> tuple[str, str]:
+    """The key where a part gives a mapping for a list or the reverse, and what belongs there."""
+    merged = OmegaConf.structured(schema)
+    for part in parts:
+        found = _mismatch_in(OmegaConf.to_container(merged), OmegaConf.to_container(OmegaConf.create(part)))
+        if found:
+            return found
+        merged = OmegaConf.merge(merged, part)
+    return "", ""
+
+
+def _mismatch_in(old: Any, new: Any, key: str = "") -> tuple[str, str] | None:
+    if isinstance(old, list) and isinstance(new, dict):
+        return key, f"a list, not a mapping ({new})"
+    if isinstance(old, dict) and isinstance(new, list):
+        return key, f"a mapping, not a list ({new})"
+    if isinstance(old, dict) and isinstance(new, dict):
+        for k, v in new.items():
+            found = _mismatch_in(old[k], v, f"{key}.{k}" if key else str(k)) if k in old else None
+            if found:
+                return found
+    return None
 
 
 def check_ranges(obj: Any, prefix: str = "") -> None:
@@ -121,6 +182,10 @@ def _range_problem(value: Any, meta: Any) -> str | None:
 def _parse_yaml(text: str, path: Path) -> Any:
     try:
         return yaml.safe_load(text) or {}
+    except yaml.reader.ReaderError as exc:  # a control character: not text
+        char = f"#x{exc.character:04x}" if isinstance(exc.character, int) else repr(exc.character)
+        raise UserError(f"recipe {path}: not a text file (character {char} at offset {exc.position}); "
+                        "a recipe is a YAML file") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -129,19 +194,34 @@ def _parse_yaml(text: str, path: Path) -> Any:
 
 
 def _parse_overrides(overrides: list[str]) -> DictConfig:
-    for item in overrides:
+    conf = OmegaConf.create()
+    for item in overrides:  # one at a time (as OmegaConf.from_dotlist does), so an error names its item
         if "=" not in item or item.startswith("="):
             raise UserError(f"override '{item}': write key=value (e.g. algo.lr=0.001)")
-    try:
-        return OmegaConf.from_dotlist(overrides)
-    except OmegaConfBaseException as exc:
-        raise UserError(f"overrides: {exc}".splitlines()[0]) from None
+        key, value = item.split("=", 1)
+        if not all(key.split(".")):
+            raise UserError(f"override '{item}': a key is names joined by single dots (e.g. algo.lr=0.001)")
+        try:
+            conf.merge_with_dotlist([item])
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or "invalid YAML"
+            raise UserError(f"{key}: '{value}' is not a valid YAML value ({problem}); close its brackets and "
+                            "braces, or quote it as a string") from None
+        except (OmegaConfBaseException, ValueError, TypeError) as exc:  # e.g. a key under an earlier list
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise UserError(f"override '{item}': does not fit the overrides before it ({first})") from None
+    return conf
 
 
-def _describe(exc: OmegaConfBaseException, prefix: str = "") -> str:
+def _describe(exc: OmegaConfBaseException, prefix: str = "", root: type | None = None) -> str:
     key = getattr(exc, "full_key", None) or ""
-    key = f"{prefix}.{key}" if prefix and key else (prefix or key)
     first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    section = re.search(r"Merge error: \w+ is not a subclass of (\w+)\. value: (.*)", first)
+    where, fields = _section_of(root, section.group(1)) if section and not key and root else ("", "")
+    if where:  # a value where a section (a mapping) belongs
+        where = f"{prefix}.{where}" if prefix else where
+        return f"{where}: {section.group(2)} is not allowed; it is a section: a mapping of {fields}"
+    key = f"{prefix}.{key}" if prefix and key else (prefix or key)
     if isinstance(exc, ConfigKeyError):
         allowed = _allowed_keys(exc)
         name = key.rsplit(".", 1)[-1]
@@ -149,11 +229,28 @@ def _describe(exc: OmegaConfBaseException, prefix: str = "") -> str:
     if isinstance(exc, MissingMandatoryValue):
         return f"{key}: required value is missing"
     if isinstance(exc, ValidationError):
+        mapping = re.search(r"'(\{.*\})'", first) if "'DictConfig'" in first else None
+        if mapping:
+            return f"{key}: must be a single value, not a mapping ({mapping.group(1)})"
         match = re.search(r"Value '(.*)' of type '(\w+)' could not be converted to (\w+)", first)
         if match:
             return f"{key}: '{match.group(1)}' is not a valid {match.group(3).lower()}"
         return f"{key}: {first}"
     return f"{key or 'recipe'}: {first}"
+
+
+def _section_of(schema: type, type_name: str, prefix: str = "") -> tuple[str, str]:
+    """The key of the section of ``schema`` whose dataclass is called ``type_name``, and its keys."""
+    for f in dataclasses.fields(schema):
+        kind = f.default_factory if f.default_factory is not dataclasses.MISSING else None
+        if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+            key = f"{prefix}.{f.name}" if prefix else f.name
+            if kind.__name__ == type_name:
+                return key, ", ".join(x.name for x in dataclasses.fields(kind))
+            found = _section_of(kind, type_name, key)
+            if found[0]:
+                return found
+    return "", ""
 
 
 def _allowed_keys(exc: OmegaConfBaseException) -> str:

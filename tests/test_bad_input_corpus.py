@@ -1,5 +1,6 @@
 """A corpus of malformed inputs: every one is refused with one line naming the key or value, exit
-code 2, no traceback, and no run folder left behind (the cases of tests/test_cli.py come on top)."""
+code 2, no traceback, and no run folder left behind (the cases of tests/test_cli.py come on top).
+GPUs are hidden from the CLI here, so a recipe that asks for one is bad input on every host."""
 
 import os
 import pickle
@@ -18,6 +19,16 @@ FILES = {
     "wrong-type.yaml": "env:\n  id: CartPole-v1\n  num_envs: many\n",
     "empty.yaml": "",
     "text.ckpt": "not a checkpoint\n",
+    "scalar.yaml": "just some words\n",
+    "env-scalar.yaml": "env: 3\n",
+    "atari-list.yaml": "env:\n  id: CartPole-v1\n  atari: [4, 30]\n",
+    "python-tag.yaml": "env: !!python/object/apply:os.system [touch pwned]\n",
+}
+BINARY = {  # files that are not text, passed where a recipe goes
+    "random.bin": bytes(range(256)) * 4,
+    "image.png": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x10",
+    "latin1.yaml": "env:\n  id: CartPole-v1  # caf\u00e9\n".encode("latin-1"),
+    "nul.yaml": b"env:\n  id: CartPole-v1\x00\n",
 }
 
 CASES = [
@@ -53,8 +64,8 @@ CASES = [
      "communication.options.dist_backend"),
     (["run", R, "communication.name=allreduce", "communication.options.backend=mpi"],
      "communication.options.backend"),
-    (["run", "a2c-cartpole-allreduce", "trainer.accelerator=gpu", "trainer.devices=1",
-      "placement.learners_per_device=2"], "placement.learners_per_device"),
+    (["run", "a2c-cartpole-allreduce", "trainer.devices=1", "placement.learners_per_device=2",
+      "communication.options.backend=nccl"], "placement.learners_per_device"),
     (["run", "a2c-cartpole-queues", "communication.options.actors=0"], "communication.options.actors"),
     (["run", "a2c-cartpole-queues", "communication.options.actors=100"], "communication.options.actors"),
     (["run", "a2c-cartpole-queues", "communication.options.on_actor_failure=ignore"],
@@ -65,6 +76,36 @@ CASES = [
     (["evaluate", "missing-dir/"], "missing-dir"),
     (["show", R, "algo.lr=1e-3=2"], "algo.lr"),
     (["bench", "core", "--env", "mars"], "--env"),
+    # recipe files that are not a YAML mapping of sections
+    (["run", "random.bin"], "random.bin"),
+    (["show", "image.png"], "image.png"),
+    (["run", "latin1.yaml"], "latin1.yaml"),
+    (["run", "nul.yaml"], "nul.yaml"),
+    (["run", "a-folder"], "a-folder"),
+    (["show", "scalar.yaml"], "scalar.yaml"),
+    (["run", "env-scalar.yaml"], "env: 3"),
+    (["run", "atari-list.yaml"], "env.atari"),
+    (["run", "python-tag.yaml"], "python-tag.yaml"),
+    # override values that are not YAML, or that do not fit the schema's shape
+    (["run", R, "algo.lr=[1,"], "algo.lr"),
+    (["run", R, "env.kwargs={a:"], "env.kwargs"),
+    (["show", R, 'env.id="CartPole-v1'], "env.id"),
+    (["run", R, "algo.lr.x=1"], "algo.lr"),
+    (["run", R, "model.hidden.x=1"], "model.hidden"),
+    (["run", R, "model.hidden=[[64]]"], "model.hidden"),
+    (["run", R, "env.kwargs=[1]"], "env.kwargs"),
+    (["run", R, "algo=3"], "algo"),
+    (["run", R, "algo..lr=1"], "algo..lr"),
+    (["run", R, "=1"], "=1"),
+    (["run", R, "env.kwargs.a=[1]", "env.kwargs.a.b=2"], "env.kwargs.a.b"),
+    (["run", R, "communication.name=gossip", "communication.options.graph.x=1"], "communication.options.graph"),
+    # devices this host does not have (GPUs are hidden from the CLI here)
+    (["run", R, "trainer.accelerator=gpu"], "trainer.accelerator"),
+    (["run", R, "trainer.accelerator=cuda"], "trainer.accelerator"),
+    (["run", "a2c-cartpole-allreduce", "trainer.accelerator=gpu"], "trainer.accelerator"),
+    (["run", R, "trainer.devices=0"], "trainer.devices"),
+    (["sweep", R, "--name", "s", "trainer.accelerator=gpu"], "trainer.accelerator"),
+    (["sweep", "random.bin", "--name", "s"], "random.bin"),
 ]
 
 
@@ -75,13 +116,16 @@ class Payload:
 
 def rlkit(*args, cwd):
     return subprocess.run([sys.executable, "-m", "rlkit.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=120, env=dict(os.environ, WANDB_MODE="offline"))
+                          timeout=120, env=dict(os.environ, WANDB_MODE="offline", CUDA_VISIBLE_DEVICES=""))
 
 
 @pytest.fixture
 def workdir(tmp_path):
     for name, text in FILES.items():
         (tmp_path / name).write_text(text)
+    for name, data in BINARY.items():
+        (tmp_path / name).write_bytes(data)
+    (tmp_path / "a-folder").mkdir()
     (tmp_path / "payload.ckpt").write_bytes(pickle.dumps({"state_dict": Payload()}))
     return tmp_path
 

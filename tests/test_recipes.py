@@ -44,6 +44,12 @@ def test_overrides_apply_and_are_typed():
     (["algo.optimizer=sgd"], "algo.optimizer: 'sgd' is not allowed; choose one of: rmsprop, rmsprop_tf, adam"),
     (["logging.backends=[csv,mlflow]"], "logging.backends"),
     (["nonsense"], "override 'nonsense': write key=value"),
+    (["algo.lr=[1,"], "algo.lr: '[1,' is not a valid YAML value"),
+    (["model.hidden.x=1"], "model.hidden: must be a list, not a mapping"),
+    (["env.kwargs=[1]"], "env.kwargs: must be a mapping, not a list"),
+    (["algo.lr.x=1"], "algo.lr: must be a single value, not a mapping"),
+    (["algo=3"], "algo: 3 is not allowed; it is a section"),
+    (["model.hidden=[[64]]"], "model.hidden[0]: '[64]' is not a valid integer"),
 ])
 def test_bad_values_name_the_key(overrides, message):
     with pytest.raises(UserError) as err:
@@ -63,3 +69,22 @@ def test_missing_and_malformed_files(tmp_path):
     empty_id.write_text("algo:\n  lr: 0.1\n")
     with pytest.raises(UserError, match="env.id: required value is missing"):
         load_recipe(str(empty_id))
+
+
+def test_devices_the_host_lacks_are_refused(monkeypatch):
+    torch = pytest.importorskip("torch")
+    r = "a2c-cartpole-local"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert load_recipe(r, ["trainer.accelerator=gpu"]).trainer.accelerator == "gpu"
+    with pytest.raises(UserError, match="trainer.devices: 2 is not allowed; this host has 1 visible GPU "):
+        load_recipe(r, ["trainer.accelerator=gpu", "trainer.devices=2"])
+    with pytest.raises(UserError, match="trainer.devices: 2 is not allowed"):  # auto picks the GPU here
+        load_recipe(r, ["trainer.accelerator=auto", "trainer.devices=2"])
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "1")  # torchrun shows each learner process its own GPU
+    assert load_recipe(r, ["trainer.accelerator=gpu", "trainer.devices=2"]).trainer.devices == 2
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    assert load_recipe(r, ["trainer.accelerator=auto", "trainer.devices=2"]).trainer.devices == 2  # CPU processes
+    with pytest.raises(UserError, match="trainer.accelerator: 'cuda' is not available on this host"):
+        load_recipe(r, ["trainer.accelerator=cuda"])
