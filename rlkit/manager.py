@@ -2,12 +2,17 @@
 
 Plugins are found through the ``rlkit`` entry-point group; the built-in ones ship with rlkit's own
 distribution and are found the same way. A plugin that fails to import is reported and skipped.
+Every registration is checked against the hookspecs (``check_pending``): a hook implementation whose
+name or arguments match no hook is an error, not a hook that is silently never called.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib.metadata as md
+import re
 import sys
+import types
 from dataclasses import dataclass, field
 
 import pluggy
@@ -108,9 +113,54 @@ class RlkitPluginManager:
         print(f"rlkit: warning: {message} (skipped)", file=sys.stderr)
 
 
+class HookMismatch(UserError):
+    """A plugin's hook implementation matches no hook of rlkit/hookspecs.py."""
+
+    def __init__(self, who: str, problem: str):
+        super().__init__(f"{who}: {problem}")
+        self.problem = problem
+
+
+class CheckedPluginManager(pluggy.PluginManager):
+    """pluggy's manager whose ``register`` refuses a plugin with a hook implementation (a method or
+    function marked ``@hookimpl``) that matches no hook in rlkit/hookspecs.py, by name (pluggy's
+    ``check_pending``, e.g. ``rlkit_metric`` for ``rlkit_metrics``) or by its arguments: the plugin
+    is unregistered again and a UserError names the hook and the plugin. (pluggy finds hook
+    implementations by the marker, whatever their name; a method without ``@hookimpl`` is no hook
+    implementation at all and is never checked or called.)"""
+
+    def register(self, plugin: object, name: str | None = None) -> str | None:
+        try:
+            registered = super().register(plugin, name)
+            self.check_pending()
+        except pluggy.PluginValidationError as exc:
+            culprit = exc.plugin if self.is_registered(exc.plugin) else plugin
+            who = f"plugin '{self.get_name(culprit) or name}' ({_describe_plugin(culprit)})"
+            if self.is_registered(culprit):
+                self.unregister(culprit)
+            raise HookMismatch(who, self._problem(exc)) from None
+        return registered
+
+    def _problem(self, exc: pluggy.PluginValidationError) -> str:
+        unknown = re.match(r"unknown hook '(\w+)'", str(exc))
+        if unknown:
+            specs = [n for n in vars(self.hook) if not n.startswith("_") and getattr(self.hook, n).has_spec()]
+            close = difflib.get_close_matches(unknown.group(1), specs, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            return f"unknown hook '{unknown.group(1)}'; {hint}(rlkit/hookspecs.py declares every hook)"
+        return "; ".join(line.strip() for line in str(exc).splitlines()[1:]) or str(exc)
+
+
+def _describe_plugin(plugin: object) -> str:
+    if isinstance(plugin, types.ModuleType):
+        return plugin.__name__
+    kind = plugin if isinstance(plugin, type) else type(plugin)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
 def build_plugin_manager(load_entry_points: bool = True) -> RlkitPluginManager:
     """A fresh manager with the hookspecs added and, unless told not to, the installed plugins."""
-    pm = pluggy.PluginManager(GROUP)
+    pm = CheckedPluginManager(GROUP)
     pm.add_hookspecs(hookspecs)
     manager = RlkitPluginManager(pm)
     if load_entry_points:
@@ -135,5 +185,9 @@ def _load_entry_points(manager: RlkitPluginManager) -> None:
         if manager.pm.is_registered(plugin):
             continue
         name = ep.name if manager.pm.get_plugin(ep.name) is None else f"{info.distribution}:{ep.name}"
-        manager.pm.register(plugin, name=name)
+        try:
+            manager.pm.register(plugin, name=name)
+        except HookMismatch as exc:  # a broken plugin: reported and skipped, as one that fails to import
+            manager._report(f"plugin '{ep.name}' from '{info.distribution}' failed to load: {exc.problem}")
+            continue
         manager.loaded.append(PluginInfo(name, info.distribution, info.version))

@@ -8,6 +8,7 @@ import pytest
 
 from rlkit.errors import UserError
 from rlkit.manager import build_plugin_manager
+from rlkit.plugin import hookimpl
 
 GOOD = '''
 from dataclasses import dataclass
@@ -85,3 +86,77 @@ def test_core_never_names_a_builtin_plugin():
     core = Path(rlkit.__file__).parent
     offenders = [p.name for p in core.glob("*.py") if "rlkit_local" in p.read_text()]
     assert offenders == []
+
+
+class Misspelled:
+    """A run-scoped plugin whose metrics hook lost its 's': pluggy would never call it."""
+
+    @hookimpl
+    def rlkit_metric(self, run, module):
+        return {"x": 1.0}
+
+
+class WrongArgument:
+    @hookimpl
+    def rlkit_metrics(self, run, modul):
+        return {}
+
+
+def test_a_misspelled_hook_is_an_error_naming_the_hook_and_the_plugin():
+    manager = build_plugin_manager(load_entry_points=False)
+    with pytest.raises(UserError) as err:
+        manager.pm.register(Misspelled(), name="rlkit-run-communicator")
+    message = str(err.value)
+    assert message == (f"plugin 'rlkit-run-communicator' ({__name__}.Misspelled): unknown hook 'rlkit_metric'; "
+                       "did you mean 'rlkit_metrics'? (rlkit/hookspecs.py declares every hook)")
+    assert manager.pm.get_plugin("rlkit-run-communicator") is None, "the plugin is unregistered again"
+    manager.pm.check_pending()  # nothing of it is left behind
+
+
+def test_a_hook_with_an_argument_the_hookspec_lacks_is_an_error():
+    manager = build_plugin_manager(load_entry_points=False)
+    with pytest.raises(UserError, match=r"plugin 'wrong' \(.*WrongArgument\): .*rlkit_metrics\(run, modul\).*'modul'") \
+            as err:
+        manager.pm.register(WrongArgument(), name="wrong")
+    assert "\n" not in str(err.value) and not manager.pm.is_registered(manager.pm.get_plugin("wrong"))
+
+
+MISSPELLED = GOOD + '''
+@hookimpl
+def rlkit_communicator():
+    return []
+'''
+
+MISSPELLED_RUN_HOOK = GOOD.replace("factory=lambda o, r: object()", "factory=lambda o, r: Comm()") + '''
+class Comm:
+    @hookimpl
+    def rlkit_metric(self, run, module):
+        return dict()
+'''
+
+
+def test_an_installed_plugin_with_a_misspelled_hook_is_reported_and_skipped(site, capsys):
+    install_fake(site, "fake-typo", "fake_rlkit_typo", MISSPELLED.format(name="typo"), "typo")
+    manager = build_plugin_manager()
+    assert "typo" not in manager.communicators() and "local" in manager.communicators()
+    err = capsys.readouterr().err
+    assert ("plugin 'typo' from 'fake-typo' failed to load: unknown hook 'rlkit_communicator'; did you mean "
+            "'rlkit_communicators'?") in err
+
+
+def test_a_run_whose_communicator_misspells_a_hook_stops_before_writing(site, tmp_path):
+    """Through the CLI: one line, exit code 2, no run folder."""
+    import os
+    import subprocess
+
+    install_fake(site, "fake-runtypo", "fake_rlkit_runtypo", MISSPELLED_RUN_HOOK.format(name="runtypo"), "runtypo")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+               WANDB_MODE="offline")
+    out = subprocess.run([sys.executable, "-m", "rlkit.cli", "run", "a2c-cartpole-local",
+                          "communication.name=runtypo", f"logging.root={tmp_path / 'runs'}"],
+                         capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 2 and len(lines) == 1, out.stderr[-2000:]
+    assert "unknown hook 'rlkit_metric'; did you mean 'rlkit_metrics'?" in lines[0]
+    assert "fake_rlkit_runtypo.Comm" in lines[0]
+    assert not (tmp_path / "runs").exists()
