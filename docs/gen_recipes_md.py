@@ -46,7 +46,9 @@ rlkit show RECIPE [key=value ...]   # print the merged, validated recipe and exi
 applied after the file: `algo.lr=0.001`, `algo.gae_lambda=null`, `logging.backends=[csv]`,
 `communication.name=lookahead`, `communication.options.k=10`. A key that is not in the schema is
 an error that lists the allowed keys (there is no `+key` syntax). Recipe fields are never
-command-line flags.
+command-line flags. `rlkit show` lists every option of the selected communicator under
+`communication.options`, with the recipe's value or its default, each under a comment giving its
+help, default and allowed values; what it prints is itself a recipe.
 
 ## Bundled recipes
 

@@ -139,8 +139,8 @@ def _show(args) -> int:
     from rlkit.recipes import to_yaml
     from rlkit.run import prepare
 
-    cfg, _, _ = prepare(args.recipe, args.overrides, build_plugin_manager())
-    print(to_yaml(cfg), end="")
+    cfg, _, options = prepare(args.recipe, args.overrides, build_plugin_manager())
+    print(to_yaml(cfg, options), end="")  # with every option of the communicator, its help and default
     return 0
 
 

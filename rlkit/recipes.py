@@ -8,11 +8,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import textwrap
 from pathlib import Path
 from typing import Any, Iterable
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException, ValidationError
 
 from rlkit.config import RunConfig
@@ -97,8 +98,45 @@ def to_container(cfg: Any) -> dict:
     return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)  # type: ignore[return-value]
 
 
-def to_yaml(cfg: Any) -> str:
-    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+def to_yaml(cfg: Any, options: Any = None) -> str:
+    """YAML of a config dataclass. With ``options`` (the communicator's validated options, for
+    ``rlkit show``), ``communication.options`` lists every option, each under a comment with its
+    help, default and allowed values."""
+    if options is None:
+        return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+    bare = dataclasses.replace(cfg, communication=dataclasses.replace(cfg.communication, options={}))
+    lines = OmegaConf.to_yaml(OmegaConf.structured(bare)).splitlines()
+    at = lines.index("  options: {}", lines.index("communication:"))
+    lines[at:at + 1] = _options_block(options)
+    return "\n".join(lines) + "\n"
+
+
+def _options_block(options: Any) -> list[str]:
+    fields = dataclasses.fields(options)
+    if not fields:
+        return ["  options: {}  # this communicator has no options"]
+    out, values = ["  options:"], to_container(options)
+    for f in fields:
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        about = "required" if default in (MISSING, dataclasses.MISSING) else f"default: {_plain(default)}"
+        allowed = _allowed_text(f.metadata)
+        note = f"{f.metadata.get('help') or f.name} ({about}{'; ' + allowed if allowed else ''})"
+        out += [f"    # {line}" for line in textwrap.wrap(note, 96, break_on_hyphens=False)]
+        out += [f"    {line}" for line in OmegaConf.to_yaml({f.name: values[f.name]}).splitlines()]
+    return out
+
+
+def _plain(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return "null" if value is None else str(value).lower()
+    return str(value)
+
+
+def _allowed_text(meta: Any) -> str:
+    if meta.get("choices"):
+        return "one of: " + ", ".join(map(str, meta["choices"]))
+    return ", ".join(f"{word} {meta[b]}" for b, word in (("gt", ">"), ("ge", ">="), ("le", "<="))
+                     if meta.get(b) is not None)
 
 
 def validate_options(schema: type, options: Any, prefix: str) -> Any:

@@ -72,3 +72,25 @@ def test_run_into_a_folder_holding_checkpoints_is_refused(tmp_path):
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "logging.run_name:" in lines[0] and "rlkit resume" in lines[0], out.stderr
     assert sorted(p.name for p in (tmp_path / "runs" / "old").iterdir()) == ["checkpoints"], "nothing written"
+
+
+def test_show_lists_every_option_of_the_communicator_with_its_default_and_help(tmp_path):
+    import dataclasses
+
+    import yaml
+
+    from rlkit.manager import build_plugin_manager
+
+    out = rlkit("show", "a2c-cartpole-gossip", "communication.options.graph=full")
+    assert out.returncode == 0, out.stderr
+    schema = build_plugin_manager().communicator("gossip").options_schema
+    shown = yaml.safe_load(out.stdout)["communication"]["options"]
+    assert shown == dataclasses.asdict(schema(graph="full")), "every option, with the recipe's value or its default"
+    block = out.stdout.split("\ncommunication:\n", 1)[1].split("\nlogging:", 1)[0]
+    help_of = {f.name: f.metadata["help"] for f in dataclasses.fields(schema)}
+    assert f"    # {help_of['peer_timeout_s']} (default: 60.0; > 0)\n    peer_timeout_s: 60.0" in block
+    assert "one of: ring, exponential, bipartite_exponential, full)\n    graph: full" in block
+    (tmp_path / "shown.yaml").write_text(out.stdout)  # what show prints is a recipe that gives the same
+    assert rlkit("show", str(tmp_path / "shown.yaml")).stdout == out.stdout
+    local = rlkit("show", RECIPE)
+    assert "\n  options: {}  # this communicator has no options\n" in local.stdout
