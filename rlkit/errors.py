@@ -12,3 +12,9 @@ class RunFailed(Exception):
     """A run that started but could not finish (a crashed worker, NaN loss). Exit code 1."""
 
     exit_code = 1
+
+
+def first_line(exc: BaseException, limit: int = 200) -> str:
+    """An exception's message in one line (backend errors span many)."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:limit] if text else type(exc).__name__

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 import pluggy
 
 if TYPE_CHECKING:
+    from rlkit.layout import LearnerLayout
     from rlkit.module import ActorCriticModule
     from rlkit.plugin import CommunicatorSpec, EnvFamilySpec
     from rlkit.runtime import Run
@@ -80,14 +81,16 @@ def rlkit_configure(run: "Run") -> None:
 
 
 @hookspec(firstresult=True)
-def rlkit_make_strategy(run: "Run") -> Any:
-    """Return the Lightning strategy (an instance or a registered name) that lays out the
-    learner processes of this run.
+def rlkit_learner_layout(run: "Run") -> "LearnerLayout":
+    """Return the :class:`~rlkit.api.LearnerLayout` this protocol needs: its topology (``single``,
+    ``synchronous`` or ``independent``; docs/writing-a-plugin.md says what each allows), the process
+    group's backend and timeouts. The core checks ``placement`` against it once and builds the
+    Lightning strategy from it; a plugin never builds a strategy.
 
-    First non-None answer wins. When nobody answers: ``"auto"``.
+    First non-None answer wins. When nobody answers: ``LearnerLayout()`` (one learner).
 
-    Called on: the launching process, once, while the ``Trainer`` is built; and again in each
-    learner process that Lightning launches for a multi-learner run, which re-runs the CLI.
+    Called on: the launching process, before ``rlkit_configure``; and again in each learner process
+    that Lightning launches for a multi-learner run (it re-runs the CLI there).
     """
 
 
@@ -141,6 +144,18 @@ def rlkit_after_optimizer_step(run: "Run", module: "ActorCriticModule", update: 
     called; nothing happens when nobody answers.
 
     Called on: every learner process, once per update, right after ``optimizer.step()``.
+    """
+
+
+@hookspec
+def rlkit_train_end(run: "Run", module: "ActorCriticModule") -> None:
+    """Training ended normally (the step budget, ``stop_at_score`` or a requested stop): a last
+    action before the final checkpoint (``last.ckpt``) is written, e.g. a final parameter average.
+    Synchronous learners all get here after the same update, so a collective is allowed. Not called
+    when training ends by an error or a signal (``rlkit_learner_end`` is). All implementations are
+    called.
+
+    Called on: every learner process, once, after its last update.
     """
 
 

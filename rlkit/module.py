@@ -16,7 +16,8 @@ from gymnasium import spaces
 from rlkit import rng
 from rlkit.config import RunConfig
 from rlkit.envs import is_atari
-from rlkit.errors import RunFailed
+from rlkit.errors import RunFailed, first_line
+from rlkit.layout import Topology
 from rlkit.losses import a2c_loss, explained_variance, normalize, returns_and_advantages, update_size
 from rlkit.models import ActorCritic
 from rlkit.optim import make_optimizer
@@ -44,6 +45,44 @@ class ActorCriticModule(pl.LightningModule):
         self.recent_scores: collections.deque = collections.deque(maxlen=recipe.algo.score_window)
         self._source: Any = None
         self._window = _Window()
+        self.stop_reason: str | None = None  # this learner's request to stop the run (request_stop)
+        self._peer_stop = False  # synchronous learners: another learner asked, seen in the shared scores
+
+    # -- what a plugin may read and do (rlkit.api.Learner) ------------------------------------
+
+    @property
+    def topology(self) -> Topology:
+        return self.hooks.layout.topology if self.hooks is not None else Topology.SINGLE
+
+    def request_stop(self, reason: str) -> None:
+        """Stop the run after this update, as a stop_at_score would: every learner stops
+        (synchronous ones after the same update; independent ones within about a second, told
+        through the run's store). The reason is printed once, by the learner that asks."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+            print(f"rlkit: learner {self.global_rank} stops the run: {reason}", file=sys.stderr, flush=True)
+        if self.topology is Topology.SYNCHRONOUS and self.world_size > 1:
+            return  # the request travels with this (or the next) update's scores; all stop after it
+        self.trainer.should_stop = True
+        if self.topology is Topology.INDEPENDENT and self.world_size > 1:
+            self.trainer.strategy.any_learner_stops(True)
+
+    @property
+    def stop_requested(self) -> bool:
+        """True once this learner knows the run is stopping at its end of this update (its own
+        request or target, or another learner's)."""
+        return bool(self.trainer.should_stop)
+
+    @property
+    def interrupted(self) -> bool:
+        """Training is ending by Ctrl-C or SIGTERM (a checkpoint is being written to resume from)."""
+        return bool(self.trainer.interrupted)
+
+    def lost_peers(self) -> str:
+        """After a failed collective: which learner processes have exited, in words."""
+        if self.topology is Topology.SINGLE or self.world_size == 1:
+            return "no peers"
+        return self.trainer.strategy.lost_peers()
 
     # -- data ---------------------------------------------------------------------------------
 
@@ -72,7 +111,7 @@ class ActorCriticModule(pl.LightningModule):
         if getattr(self, "_started", False):
             self._started = False
             strategy = self.trainer.strategy
-            independent = getattr(strategy, "independent", False) and self.world_size > 1
+            independent = self.topology is Topology.INDEPENDENT and self.world_size > 1
             if independent:
                 strategy.publish_final(self.final_summary())
             self.hooks.learner_end(self)
@@ -217,26 +256,27 @@ class ActorCriticModule(pl.LightningModule):
         """The episodes (raw score, length) that ended in this update: every learner's when the
         learners step together (one score window, one stop decision, one run log), this learner's
         own when they are independent (they cannot wait for each other)."""
-        strategy = self.trainer.strategy
-        if self.world_size == 1 or getattr(strategy, "independent", False):
+        if self.world_size == 1 or self.topology is not Topology.SYNCHRONOUS:
             return batch.scores, batch.lengths
         capacity = batch.rewards.numel()  # at most one episode end per agent step
-        mine = torch.full((1 + 2 * capacity,), math.nan, device=self.device)
+        # [episodes, scores..., lengths..., "this learner asks to stop"]: a stop asked by one
+        # learner travels with the scores, so synchronous learners stop after the same update
+        mine = torch.full((2 + 2 * capacity,), math.nan, device=self.device)
         n = len(batch.scores)
         mine[0] = n
+        mine[-1] = float(self.stop_reason is not None)
         mine[1:1 + n] = torch.tensor(batch.scores, dtype=mine.dtype)
         mine[1 + capacity:1 + capacity + n] = torch.tensor(batch.lengths, dtype=mine.dtype)
         rows = [torch.empty_like(mine) for _ in range(self.world_size)]
         try:
             torch.distributed.all_gather(rows, mine)
         except RuntimeError as exc:
-            from rlkit.strategies import first_line
-
-            lost = strategy.lost_peers() if hasattr(strategy, "lost_peers") else "a peer left"
+            lost = self.lost_peers()
             raise RunFailed(f"learner {self.global_rank} lost its peers while sharing episode scores: {lost}; "
                             f"the backend said: {first_line(exc)}") from None
         scores, lengths = [], []
         for row in torch.stack(rows).cpu().tolist():
+            self._peer_stop = self._peer_stop or row[-1] > 0
             k = int(row[0])
             scores += row[1:1 + k]
             lengths += row[1 + capacity:1 + capacity + k]
@@ -275,16 +315,18 @@ class ActorCriticModule(pl.LightningModule):
         return self._own_log
 
     def _maybe_stop(self) -> None:
+        """The run-wide stop after this update. Synchronous learners share one score window and
+        every learner's stop request (both travel in the score all-gather), so each decides the
+        same; an independent learner says its own stop through the store and looks, at most every
+        quarter second, whether another has, without waiting for anyone."""
         target = self.recipe.algo.stop_at_score
-        if target is None:
-            return
         full = len(self.recent_scores) == self.recent_scores.maxlen
-        reached = full and sum(self.recent_scores) / len(self.recent_scores) >= target
-        # synchronous learners must stop at the same update, or the others wait in a collective;
-        # independent ones (gossip) share the decision without waiting (LearnerProcesses)
-        strategy = self.trainer.strategy
-        decide = getattr(strategy, "any_learner_stops", None)
-        self.trainer.should_stop = decide(reached) if decide else strategy.reduce_boolean_decision(reached, all=False)
+        reached = target is not None and full and sum(self.recent_scores) / len(self.recent_scores) >= target
+        stop = reached or self.stop_reason is not None or self._peer_stop
+        if self.topology is Topology.INDEPENDENT and self.world_size > 1:
+            stop = self.trainer.strategy.any_learner_stops(stop)
+        if stop:
+            self.trainer.should_stop = True
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["rlkit"] = {"learner": self.global_rank, "agent_steps": self.agent_steps,

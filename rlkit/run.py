@@ -90,7 +90,7 @@ def train(recipe_name: str, overrides: Iterable[str] = (), manager: RlkitPluginM
     from rlkit.envs import env_spaces
 
     spaces = env_spaces(cfg.env)  # an unknown env id fails here, before any output is written
-    run = Run(cfg, options, _run_dir(cfg, recipe_name), Path(recipe_name).stem)
+    run = Run(cfg, options, _run_dir(cfg, recipe_name), Path(recipe_name).stem, launcher=RUN_DIR_ENV not in os.environ)
     if resume_from is None and RUN_DIR_ENV not in os.environ and any(run.run_dir.glob("checkpoints/**/*.ckpt")):
         raise UserError(f"logging.run_name: {run.run_dir} already holds a run's checkpoints; continue it with "
                         f"`rlkit resume {run.run_dir}`, or choose another logging.run_name")
@@ -108,6 +108,7 @@ def train(recipe_name: str, overrides: Iterable[str] = (), manager: RlkitPluginM
         error = exc
         raise
     finally:
+        hooks.wait_for_learners()
         hooks.unconfigure(error)
         manager.pm.unregister(communicator)
         if owns_env:

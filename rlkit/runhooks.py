@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any, Mapping
 
+from rlkit.layout import LearnerLayout, Topology, build_strategy, check_placement
 from rlkit.runtime import Run
 
 if TYPE_CHECKING:
@@ -16,12 +17,35 @@ class RunHooks:
     def __init__(self, manager: "RlkitPluginManager", run: Run):
         self.hook = manager.hook
         self.run = run
+        self._layout: LearnerLayout | None = None
+        self.strategy: Any = None
+
+    @property
+    def layout(self) -> LearnerLayout:
+        if self._layout is None:
+            layout = self.hook.rlkit_learner_layout(run=self.run) or LearnerLayout()
+            if not isinstance(layout, LearnerLayout):
+                raise TypeError(f"rlkit_learner_layout returned {layout!r}; it must return an rlkit.api.LearnerLayout")
+            self._layout = layout
+        return self._layout
 
     def configure(self) -> None:
+        """The placement is checked against the layout first, then the plugins' own checks run."""
+        check_placement(self.layout, self.run.recipe)
         self.hook.rlkit_configure(run=self.run)
 
     def make_strategy(self) -> Any:
-        return self.hook.rlkit_make_strategy(run=self.run) or "auto"
+        self.strategy = build_strategy(self.layout, self.run.recipe)
+        return self.strategy
+
+    def wait_for_learners(self) -> None:
+        """The launching process of independent learners waits a bounded time
+        (``LearnerLayout.child_grace_s``) for the learners it started, and kills any left."""
+        if self.layout.topology is not Topology.INDEPENDENT or not self.run.launcher or self.strategy is None:
+            return
+        for rank, code in self.strategy.wait_for_children():
+            if code is None:
+                print(f"rlkit: learner {rank} did not exit in time and was killed", file=sys.stderr)
 
     def make_rollout_source(self, module: "ActorCriticModule") -> Any:
         source = self.hook.rlkit_make_rollout_source(run=self.run, module=module)
@@ -42,6 +66,9 @@ class RunHooks:
 
     def after_optimizer_step(self, module: "ActorCriticModule", update: int) -> None:
         self.hook.rlkit_after_optimizer_step(run=self.run, module=module, update=update)
+
+    def train_end(self, module: "ActorCriticModule") -> None:
+        self.hook.rlkit_train_end(run=self.run, module=module)
 
     def metrics(self, module: "ActorCriticModule") -> dict[str, float]:
         merged: dict[str, float] = {}

@@ -34,6 +34,7 @@ from lightning.pytorch.strategies.launchers.subprocess_script import (_Subproces
                                                                        _set_num_threads_if_needed)
 
 from rlkit.checkpoints import newest_first
+from rlkit.errors import first_line
 from rlkit.processes import die_with_parent
 
 log = logging.getLogger("rlkit")
@@ -344,11 +345,6 @@ def _raise_if_sigterm(trainer) -> None:
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
         raise SIGTERMException()
-
-
-def first_line(exc: BaseException, limit: int = 200) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:limit] if text else type(exc).__name__
 
 
 def single_device_strategy(accelerator: str):

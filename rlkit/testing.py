@@ -32,8 +32,8 @@ class RecordingPlugin:
         self._record("rlkit_configure")
 
     @hookimpl(tryfirst=True)
-    def rlkit_make_strategy(self, run):
-        self._record("rlkit_make_strategy")
+    def rlkit_learner_layout(self, run):
+        self._record("rlkit_learner_layout")
 
     @hookimpl(tryfirst=True)
     def rlkit_make_rollout_source(self, run, module):
@@ -54,6 +54,10 @@ class RecordingPlugin:
     @hookimpl(tryfirst=True)
     def rlkit_after_optimizer_step(self, run, module, update):
         self._record("rlkit_after_optimizer_step")
+
+    @hookimpl(tryfirst=True)
+    def rlkit_train_end(self, run, module):
+        self._record("rlkit_train_end")
 
     @hookimpl(tryfirst=True)
     def rlkit_metrics(self, run, module):
@@ -80,6 +84,29 @@ class RecordingPlugin:
             if not out or out[-1] != name:
                 out.append(name)
         return out
+
+
+def configure_run(plugin: Any, recipe: dict, overrides: list[str] | tuple[str, ...] = (),
+                  run_dir: Path | str = ".") -> tuple[Any, Any]:
+    """What the core does before anything is written, for a plugin's unit tests: register the
+    plugin module, validate ``recipe`` (a dict, as in a YAML recipe) with ``overrides``, build the
+    communicator, check the placement against its layout and call its ``rlkit_configure``.
+    Returns (run, communicator); raises ``UserError`` where ``rlkit run`` would refuse."""
+    from rlkit.manager import build_plugin_manager
+    from rlkit.recipes import build_config, validate_options
+    from rlkit.runhooks import RunHooks
+    from rlkit.runtime import Run
+
+    manager = build_plugin_manager(load_entry_points=False)
+    manager.pm.register(plugin)
+    cfg = build_config(recipe, list(overrides))
+    spec = manager.communicator(cfg.communication.name)
+    options = validate_options(spec.options_schema, cfg.communication.options, "communication.options")
+    run = Run(cfg, options, Path(run_dir))
+    communicator = spec.factory(options, cfg)
+    manager.pm.register(communicator)
+    RunHooks(manager, run).configure()
+    return run, communicator
 
 
 def wait_for_log_rows(run_dir: Path, rows: int, timeout_s: float = 120.0) -> None:
@@ -196,7 +223,8 @@ class CommunicatorConformance:
         result = train(self.recipe, self._args(tmp_path), manager)
         assert result.agent_steps >= 2000 and result.updates > 0
         assert (result.run_dir / "checkpoints" / "last.ckpt").is_file()
-        assert recorder.calls[0] == "rlkit_configure" and recorder.calls[-1] == "rlkit_unconfigure"
+        assert recorder.calls[:2] == ["rlkit_learner_layout", "rlkit_configure"]
+        assert recorder.calls[-1] == "rlkit_unconfigure"
         assert child_pids() <= before, "the run left child processes behind"
         self.check_run(result)
 

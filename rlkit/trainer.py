@@ -10,6 +10,7 @@ from pathlib import Path
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint, RichProgressBar
 
+from rlkit.layout import Topology
 from rlkit.processes import exit_at_once_on_next_interrupt
 from rlkit.recipes import to_container
 from rlkit.runhooks import RunHooks
@@ -47,6 +48,8 @@ class FinalCheckpoint(Callback):
         self.dirpath = Path(dirpath)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if pl_module.hooks is not None:
+            pl_module.hooks.train_end(pl_module)  # a protocol's last action, before the last checkpoint
         trainer.save_checkpoint(self.dirpath / "last.ckpt")
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
@@ -67,7 +70,8 @@ class FinalCheckpoint(Callback):
                 # before training started (set-up, restore) there is nothing new to keep, and a
                 # half-restored state must not replace a good interrupted.ckpt
                 started = getattr(pl_module, "_started", False)
-                if started and (trainer.is_global_zero or getattr(strategy, "independent", False)):  # each its own
+                independent = pl_module.topology is Topology.INDEPENDENT
+                if started and (trainer.is_global_zero or independent):  # each its own
                     checkpoint = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
                     strategy.save_checkpoint(checkpoint, self.dirpath / "interrupted.ckpt")
                 if trainer.is_global_zero:

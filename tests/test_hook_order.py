@@ -15,13 +15,13 @@ def test_hook_order_of_a_short_fit(tmp_path):
     train("a2c-cartpole-local", ["algo.total_steps=160", "trainer.log_every_n_updates=2",
                                  "trainer.progress_bar=false", "logging.backends=[csv]",
                                  f"logging.root={tmp_path}", "logging.run_name=order"], manager)
-    expected = (["rlkit_configure", "rlkit_make_strategy", "rlkit_make_rollout_source",
+    expected = (["rlkit_learner_layout", "rlkit_configure", "rlkit_make_rollout_source",
                  "rlkit_learner_start"]
                 + PER_UPDATE + ["rlkit_metrics"]          # update 1
                 + PER_UPDATE + ["rlkit_metrics"]          # update 2
                 + PER_UPDATE                              # update 3
                 + PER_UPDATE + ["rlkit_metrics"]          # update 4
-                + ["rlkit_state_dict"]                    # last.ckpt at the end of training
+                + ["rlkit_train_end", "rlkit_state_dict"]  # last.ckpt at the end of training
                 + ["rlkit_learner_end", "rlkit_unconfigure"])
     assert recorder.calls == expected
 

@@ -10,13 +10,10 @@ their cost, and it owns the moment of synchronisation. Here the sync is the
 from __future__ import annotations
 
 import time
-from datetime import timedelta
 
 import torch.distributed as dist
 
-from rlkit.errors import RunFailed, UserError
-from rlkit.plugin import hookimpl
-from rlkit.strategies import LearnerProcesses, first_line
+from rlkit.api import LearnerLayout, RunFailed, Topology, first_line, hookimpl
 from rlkit_allreduce.flat import flatten, unflatten_into
 
 
@@ -26,30 +23,10 @@ class AllreduceCommunicator:
         self.recipe = recipe
         self.comm_s = 0.0
         self.window_start = time.perf_counter()
-        self.strategy = None
 
     @hookimpl
-    def rlkit_configure(self, run) -> None:
-        t, p = run.recipe.trainer, run.recipe.placement
-        if p.learners != t.devices * p.learners_per_device * t.num_nodes:
-            raise UserError(f"placement.learners: {p.learners} is not allowed with trainer.devices={t.devices}, "
-                            f"placement.learners_per_device={p.learners_per_device} and trainer.num_nodes="
-                            f"{t.num_nodes}; allreduce runs learners = devices x learners_per_device x num_nodes")
-        if p.learners_per_device > 1 and self._backend(run) == "nccl":
-            raise UserError(f"placement.learners_per_device: {p.learners_per_device} is not allowed with the nccl "
-                            "backend (NCCL refuses two ranks on one GPU); use 1, or communication.options.backend=gloo")
-
-    def _backend(self, run) -> str:
-        if self.options.backend != "auto":
-            return self.options.backend
-        return "gloo" if run.recipe.trainer.accelerator == "cpu" else "nccl"
-
-    @hookimpl
-    def rlkit_make_strategy(self, run):
-        self.strategy = LearnerProcesses(process_group_backend=self._backend(run),
-                                         learners_per_device=run.recipe.placement.learners_per_device,
-                                         timeout=timedelta(seconds=self.options.timeout_s))
-        return self.strategy
+    def rlkit_learner_layout(self, run) -> LearnerLayout:
+        return LearnerLayout(Topology.SYNCHRONOUS, backend=self.options.backend, timeout_s=self.options.timeout_s)
 
     @hookimpl
     def rlkit_sync_gradients(self, run, module):
@@ -59,15 +36,14 @@ class AllreduceCommunicator:
         try:
             dist.all_reduce(flat, op=dist.ReduceOp.SUM)
         except (RuntimeError, dist.DistBackendError) as exc:
-            raise RunFailed(self._lost_peer(exc)) from None
+            raise RunFailed(self._lost_peer(module, exc)) from None
         flat /= dist.get_world_size()
         unflatten_into(flat, grads)
         self.comm_s += time.perf_counter() - start
         return True
 
-    def _lost_peer(self, exc: BaseException) -> str:
-        lost = self.strategy.lost_peers() if self.strategy is not None else "a peer left"
-        return (f"allreduce: learner {dist.get_rank()} lost its peers in the all-reduce: {lost} "
+    def _lost_peer(self, module, exc: BaseException) -> str:
+        return (f"allreduce: learner {dist.get_rank()} lost its peers in the all-reduce: {module.lost_peers()} "
                 f"(communication.options.timeout_s={self.options.timeout_s:g}); gloo/NCCL said: {first_line(exc)}")
 
     @hookimpl

@@ -12,21 +12,15 @@ from __future__ import annotations
 
 import sys
 import time
-from datetime import timedelta
 
 import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from rlkit.errors import RunFailed, UserError
-from rlkit.plugin import hookimpl
-from rlkit.strategies import LearnerProcesses, STOP_KEY, default_store
+from rlkit.api import LearnerLayout, RunFailed, Topology, UserError, hookimpl, run_store
 from rlkit_gossip import graphs
 from rlkit_gossip.protocol import (GossipAgent, GossipSettings, Membership, PeerFailure,
                                    consensus_distances)
 from rlkit_gossip.transports import HEADER, DistTransport, ShmTransport, shm_root
-
-_STOP_POLL_S = 0.5
-
 
 def resolve_mixing(options, learners: int) -> str:
     if options.mixing != "auto":
@@ -50,24 +44,25 @@ class GossipCommunicator:
     def __init__(self, options, recipe):
         self.options = options
         self.recipe = recipe
-        self.strategy: LearnerProcesses | None = None
         self.agent: GossipAgent | None = None
         self.device = torch.device("cpu")  # where parameters are mixed (the transport's device)
         self.snapshots: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.comm_s = 0.0
         self.window_start = time.perf_counter()
-        self._last_stop_poll = 0.0
         self._restored: dict = {}  # this learner's gossip state from the checkpoint it resumed from
 
     # -- launching process ------------------------------------------------------------------
 
     @hookimpl
+    def rlkit_learner_layout(self, run) -> LearnerLayout:
+        o, t = self.options, run.recipe.trainer
+        nccl = resolve_transport(o, t.num_nodes) == "dist" and o.dist_backend == "nccl"
+        return LearnerLayout(Topology.INDEPENDENT, backend="nccl" if nccl else "gloo", timeout_s=o.timeout_s,
+                             child_grace_s=o.peer_timeout_s, min_learners=2)
+
+    @hookimpl
     def rlkit_configure(self, run) -> None:
         t, p = run.recipe.trainer, run.recipe.placement
-        if p.learners != t.devices * p.learners_per_device * t.num_nodes:
-            raise UserError(f"placement.learners: {p.learners} is not allowed with trainer.devices={t.devices}, "
-                            f"placement.learners_per_device={p.learners_per_device} and trainer.num_nodes="
-                            f"{t.num_nodes}; gossip runs learners = devices x learners_per_device x num_nodes")
         o = self.options
         if t.num_nodes > 1 and o.transport == "shm":
             raise UserError(f"communication.options.transport: shm is not allowed with trainer.num_nodes="
@@ -80,27 +75,12 @@ class GossipCommunicator:
                 raise UserError(f"communication.options.dist_backend: nccl is not allowed with "
                                 f"placement.learners_per_device={p.learners_per_device} (NCCL needs one learner "
                                 "per GPU); use gloo or placement.learners_per_device=1")
-        if p.learners < 2:
-            raise UserError("placement.learners: 1 is not allowed with communicator gossip (it needs >= 2 learners; "
-                            "use communicator local for one)")
-
-    @hookimpl
-    def rlkit_make_strategy(self, run):
-        o, t = self.options, run.recipe.trainer
-        nccl = resolve_transport(o, t.num_nodes) == "dist" and o.dist_backend == "nccl"
-        self.strategy = LearnerProcesses(independent=True, learners_per_device=run.recipe.placement.learners_per_device,
-                                         process_group_backend="nccl" if nccl else "gloo", timeout=timedelta(seconds=self.options.timeout_s),
-                                         child_grace_s=self.options.peer_timeout_s)
-        return self.strategy
 
     @hookimpl
     def rlkit_unconfigure(self, run, error) -> None:
-        if self.strategy is not None and self.strategy.global_rank != 0:
+        if not run.launcher:
             return  # a launched learner runs the CLI too: only the launching process cleans up
-        if self.strategy is not None:
-            for rank, code in self.strategy.wait_for_children():
-                if code is None:
-                    print(f"rlkit: learner {rank} did not exit in time and was killed", file=sys.stderr)
+        # the core has waited for the learners (LearnerLayout.child_grace_s) before this
         ShmTransport(shm_root(str(run.run_dir.resolve())), 0).close(remove=True)
 
     # -- every learner --------------------------------------------------------------------------
@@ -108,12 +88,12 @@ class GossipCommunicator:
     @hookimpl
     def rlkit_learner_start(self, run, module) -> None:
         o = self.options
-        rank, world = module.global_rank, module.trainer.world_size
+        rank, world = module.global_rank, module.world_size
         numel = sum(p.numel() for p in module.parameters())
         settings = GossipSettings(graph=o.graph, peers_per_itr=o.peers_per_itr, rotate_peers=o.rotate_peers,
                                   mixing=resolve_mixing(o, world), sync_freq=o.sync_freq,
                                   peer_timeout_s=o.peer_timeout_s, on_peer_failure=o.on_peer_failure)
-        store = default_store()
+        store = run_store()
         if resolve_transport(o, run.recipe.trainer.num_nodes) == "dist":
             device = module.device if o.dist_backend == "nccl" else "cpu"
             transport = DistTransport(numel, rank, store, device=device, timeout_s=o.peer_timeout_s)
@@ -150,7 +130,6 @@ class GossipCommunicator:
             if update % self._consensus_every(run) == 0:
                 self._snapshot(module, mixed, update)
         self.comm_s += time.perf_counter() - start
-        self._poll_stop(module)
 
     def _consensus_every(self, run) -> int:
         return self.options.consensus_every or run.recipe.trainer.log_every_n_updates
@@ -173,19 +152,17 @@ class GossipCommunicator:
         h[7] = max(self.agent.staleness.values(), default=0)
         return h
 
-    def _poll_stop(self, module) -> None:
-        now = time.monotonic()
-        if now - self._last_stop_poll < _STOP_POLL_S:
-            return
-        self._last_stop_poll = now
-        if self.store.check([STOP_KEY]):
-            module.trainer.should_stop = True
+    @hookimpl
+    def rlkit_train_end(self, run, module) -> None:
+        """The run stopped early because a learner failed (on_peer_failure=stop; the stop reaches
+        every learner through the core): learner 0 makes that the run's error."""
+        if self.agent is not None and self.agent.rank == 0:
             failure = self.agent.membership.failure()
-            if failure and self.agent.rank == 0:
+            if failure:
                 raise RunFailed(failure)
 
     def _stop(self, module, reason: str) -> None:
-        module.trainer.should_stop = True
+        module.request_stop(reason + " (on_peer_failure=stop)")
         if self.agent.rank == 0:
             raise RunFailed(reason + "; the run stops (on_peer_failure=stop)")
 
@@ -229,9 +206,9 @@ class GossipCommunicator:
         if agent is None:
             return
         try:
-            if agent.rank == 0 and getattr(module.trainer, "interrupted", False):
+            if agent.rank == 0 and module.interrupted:
                 # learners the signal did not reach (other nodes, torchrun) stop through the store
-                self.store.set(STOP_KEY, "0")
+                module.request_stop("learner 0 was interrupted")
             agent.leave("finished")
             if agent.rank == 0:
                 self._wait_for_peers_to_leave()

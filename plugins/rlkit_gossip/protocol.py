@@ -91,8 +91,8 @@ class Membership:
             self.store.add("gossip/version", 1)
 
     def stop_run(self, reason: str) -> None:
+        """Record why the run stops; the caller asks the core to stop it (``request_stop``)."""
         self.store.set("gossip/failed", reason)
-        self.store.set("rlkit/stop", str(self.rank))
 
     def failure(self) -> str | None:
         return self.store.get("gossip/failed").decode() if self.store.check(["gossip/failed"]) else None

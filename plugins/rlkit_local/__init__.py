@@ -1,11 +1,12 @@
-"""The ``local`` communicator: one learner, no communication. The smallest complete plugin."""
+"""The ``local`` communicator: one learner, no communication. The smallest complete plugin: the
+default layout is one learner, and every hook's default (the learner's own envs, local gradients)
+is plain A2C, so it implements no hook at all."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlkit.errors import UserError
-from rlkit.plugin import CommunicatorSpec, hookimpl
+from rlkit.api import CommunicatorSpec, hookimpl
 
 
 @dataclass
@@ -14,25 +15,11 @@ class LocalConfig:
 
 
 class LocalCommunicator:
-    """Single learner: checks the layout, keeps Lightning's single-device strategy."""
+    """Single learner (the core checks the placement: 1 learner, 1 device, 1 node)."""
 
     def __init__(self, options: LocalConfig, recipe):
         self.options = options
         self.recipe = recipe
-
-    @hookimpl
-    def rlkit_configure(self, run) -> None:
-        if run.recipe.placement.learners != 1:
-            raise UserError(f"placement.learners: {run.recipe.placement.learners} is not allowed with the local "
-                            "communicator; it runs exactly 1 learner (pick allreduce, gossip or queues for more)")
-        if run.recipe.trainer.devices != 1 or run.recipe.trainer.num_nodes != 1:
-            raise UserError("trainer.devices / trainer.num_nodes: the local communicator runs on 1 device of 1 node")
-
-    @hookimpl
-    def rlkit_make_strategy(self, run):
-        from rlkit.strategies import single_device_strategy
-
-        return single_device_strategy(run.recipe.trainer.accelerator)
 
 
 @hookimpl

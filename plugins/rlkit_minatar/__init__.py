@@ -8,7 +8,7 @@ Importing ``minatar`` loads matplotlib and seaborn (its display code), about 1.5
 
 from __future__ import annotations
 
-from rlkit.plugin import EnvFamilySpec, hookimpl
+from rlkit.api import EnvFamilySpec, hookimpl
 
 
 def register() -> None:

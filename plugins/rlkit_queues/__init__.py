@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlkit.config import opt
-from rlkit.plugin import CommunicatorSpec, hookimpl
+from rlkit.api import CommunicatorSpec, hookimpl, opt
 
 
 @dataclass

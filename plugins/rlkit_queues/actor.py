@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from rlkit.config import EnvConfig
+from rlkit.api import EnvConfig
 
 FREE, FILLING, QUEUED = 0, 1, 2
 _POLL_S = 0.1
@@ -99,8 +99,7 @@ class Actor:
         return bool(self.shared.stop[self.p.actor])
 
     def run(self) -> None:
-        from rlkit.envs import close_envs, make_vector_env
-        from rlkit.rollout import ScoreKeeper
+        from rlkit.api import ScoreKeeper, close_envs, make_vector_env
 
         p = self.p
         env = make_vector_env(p.env, p.seed, num_envs=self.shared.obs.shape[3])
@@ -174,7 +173,7 @@ class Actor:
 
 def actor_main(plan: ActorPlan, shared: Shared, conn) -> None:
     """Entry point of an actor process."""
-    from rlkit.processes import die_with_parent
+    from rlkit.api import die_with_parent
 
     die_with_parent()
     torch.set_num_threads(1)

@@ -10,9 +10,7 @@ same shape; GA3C instead sends a shorter segment at an episode end: the returns 
 
 from __future__ import annotations
 
-from rlkit.errors import UserError
-from rlkit.plugin import hookimpl
-from rlkit.strategies import single_device_strategy
+from rlkit.api import UserError, hookimpl
 
 
 class QueuesCommunicator:
@@ -24,19 +22,12 @@ class QueuesCommunicator:
 
     @hookimpl
     def rlkit_configure(self, run) -> None:
-        t, o = run.recipe.trainer, self.options
-        if run.recipe.placement.learners != 1 or t.devices != 1 or t.num_nodes != 1:
-            raise UserError("placement.learners / trainer.devices / trainer.num_nodes: the queues communicator runs "
-                            "1 learner on 1 device of 1 node (its actors are set by communication.options.actors)")
+        o = self.options  # one learner (the default layout): its actors are communication.options.actors
         for name, limit in (("actors", "max_actors"), ("predictors", "max_predictors"),
                             ("trainers", "max_trainers")):
             if getattr(o, name) > getattr(o, limit):
                 raise UserError(f"communication.options.{name}: {getattr(o, name)} is more than "
                                 f"communication.options.{limit}={getattr(o, limit)}")
-
-    @hookimpl
-    def rlkit_make_strategy(self, run):
-        return single_device_strategy(run.recipe.trainer.accelerator)
 
     @hookimpl
     def rlkit_make_rollout_source(self, run, module):

@@ -20,7 +20,7 @@ from typing import Callable
 
 import torch
 
-from rlkit.errors import RunFailed
+from rlkit.api import RunFailed
 from rlkit_queues.actor import FILLING, FREE, QUEUED, ActorPlan, Bye, Shared, actor_main
 from rlkit_queues.tuner import Knob, Tuner
 from rlkit_queues.workers import Assembled, Predictor, Stats, Trainer, Worker, timed_get

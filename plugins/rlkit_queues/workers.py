@@ -12,7 +12,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from rlkit.rollout import Batch
+from rlkit.api import Batch
 from rlkit_queues.actor import FREE, Segment, Shared
 
 _POLL_S = 0.1

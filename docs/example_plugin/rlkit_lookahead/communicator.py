@@ -12,8 +12,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from rlkit.errors import UserError
-from rlkit.plugin import hookimpl
+from rlkit.api import hookimpl
 
 
 def lookahead_update(slow: Sequence[torch.Tensor], fast: Sequence[torch.Tensor], alpha: float) -> None:
@@ -32,22 +31,6 @@ class LookaheadCommunicator:
         self.recipe = recipe
         self.slow: list[torch.Tensor] | None = None
         self.syncs = 0
-
-    @hookimpl
-    def rlkit_configure(self, run) -> None:
-        if run.recipe.placement.learners != 1:
-            raise UserError(f"placement.learners: {run.recipe.placement.learners} is not allowed with the lookahead "
-                            "communicator; it runs exactly 1 learner")
-        if run.recipe.trainer.devices != 1 or run.recipe.trainer.num_nodes != 1:
-            raise UserError("trainer.devices / trainer.num_nodes: the lookahead communicator runs on 1 device of 1 node")
-
-    @hookimpl
-    def rlkit_make_strategy(self, run):
-        from lightning.pytorch.strategies import SingleDeviceStrategy
-
-        accelerator = run.recipe.trainer.accelerator
-        gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
-        return SingleDeviceStrategy(device="cuda:0" if gpu else "cpu")
 
     @hookimpl
     def rlkit_after_optimizer_step(self, run, module, update: int) -> None:

@@ -10,6 +10,7 @@ from rlkit.errors import UserError
 from rlkit.manager import build_plugin_manager
 from rlkit.recipes import build_config, validate_options
 from rlkit.runtime import Run
+from rlkit.testing import configure_run
 from rlkit_lookahead import LookaheadConfig
 from rlkit_lookahead.communicator import LookaheadCommunicator, lookahead_update
 
@@ -52,10 +53,10 @@ def test_registered_under_its_name():
 
 
 def test_refuses_more_than_one_learner(tmp_path):
-    run = make_run(tmp_path)
-    run.recipe.placement.learners = 2
+    run, comm = configure_run(rlkit_lookahead, RECIPE, run_dir=tmp_path)  # one learner: accepted
+    assert isinstance(comm, LookaheadCommunicator)
     with pytest.raises(UserError, match="placement.learners"):
-        LookaheadCommunicator(run.options, run.recipe).rlkit_configure(run=run)
+        configure_run(rlkit_lookahead, RECIPE, ["placement.learners=2", "trainer.devices=2"], run_dir=tmp_path)
 
 
 def test_syncs_every_k_updates_and_restores(tmp_path):

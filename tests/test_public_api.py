@@ -1,0 +1,60 @@
+"""The public plugin API (rlkit.api) is the only part of rlkit a plugin imports: checked on every
+built-in plugin and the example plugins, so each of them could have been written by a third party."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import rlkit.api
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGIN_SOURCES = sorted([*ROOT.glob("plugins/*/**/*.py"), *ROOT.glob("docs/example_plugin*/rlkit_*/**/*.py"),
+                         *ROOT.glob("docs/example_plugin*/rlkit_*.py")])
+
+
+def rlkit_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every import of rlkit or one of its submodules in a file."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names if alias.name.split(".")[0] == "rlkit"]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module.split(".")[0] == "rlkit":
+                found.append((node.lineno, node.module))
+                if node.module == "rlkit":  # from rlkit import config
+                    found += [(node.lineno, f"rlkit.{a.name}") for a in node.names if a.name != "api"]
+    return sorted(found)
+
+
+def test_the_check_sees_plugins_and_catches_a_private_import(tmp_path):
+    assert len(PLUGIN_SOURCES) >= 10, PLUGIN_SOURCES  # every built-in plugin's modules, not an empty glob
+    sneaky = tmp_path / "p.py"
+    sneaky.write_text("import os\nfrom rlkit.api import hookimpl\n\ndef f():\n    from rlkit.strategies import X\n"
+                      "import rlkit.module as m\nfrom rlkit import config\n")
+    assert rlkit_imports(sneaky) == [(2, "rlkit.api"), (5, "rlkit.strategies"), (6, "rlkit.module"),
+                                     (7, "rlkit"), (7, "rlkit.config")]
+
+
+@pytest.mark.parametrize("path", PLUGIN_SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_plugins_import_only_the_public_api(path):
+    private = [(line, name) for line, name in rlkit_imports(path) if name != "rlkit.api"]
+    assert not private, f"{path.relative_to(ROOT)} imports rlkit internals: {private}; use rlkit.api"
+
+
+def test_every_exported_name_resolves():
+    for name in rlkit.api.__all__:
+        assert getattr(rlkit.api, name) is not None, name
+
+
+def test_importing_the_api_stays_cheap():
+    """Registration hooks run in `rlkit plugins` and `rlkit show`: importing the API must not pull
+    in torch or gymnasium (the heavy names load on first use)."""
+    code = "import sys, rlkit.api; print(sorted(m for m in ('torch', 'gymnasium', 'lightning') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
