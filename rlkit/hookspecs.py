@@ -198,6 +198,6 @@ def rlkit_unconfigure(run: "Run", error: "BaseException | None") -> None:
 
     Called on: the launching process, once, at the very end of the run; and again, at its own end,
     in each learner process that Lightning launches for a multi-learner run, which re-runs the CLI.
-    Release there only what that process holds (the gossip plugin returns early in a learner whose
-    strategy's ``global_rank`` is not 0).
+    Release there only what that process holds (``run.launcher`` is False there; the gossip plugin
+    returns early then).
     """
