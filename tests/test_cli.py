@@ -25,7 +25,7 @@ def rlkit(*args, cwd=None, timeout=120):
     (["run", RECIPE, "communication.name=carrier-pigeon"], "unknown communicator 'carrier-pigeon'; choose one of:"),
     (["run", RECIPE, "algo.lr=-0.1"], "algo.lr: -0.1 is not allowed; must be > 0"),
     (["run", RECIPE, "env.num_envs=0"], "env.num_envs: 0 is not allowed; must be >= 1"),
-    (["run", RECIPE, "placement.learners=2"], "placement.learners: 2 is not allowed with the local communicator"),
+    (["run", RECIPE, "placement.learners=2"], "placement.learners / trainer.devices / trainer.num_nodes: 2 / 1 / 1 is not allowed with communicator local"),
     (["show", RECIPE, "communication.options.x=1"], "communication.options.x: unknown key 'x'"),
     (["evaluate", "nope.ckpt"], "checkpoint not found: nope.ckpt"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
