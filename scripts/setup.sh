@@ -21,4 +21,5 @@ echo "setup: installing rlkit${extras}"
 if [ "${1:-}" = "test" ]; then
   echo "setup: installing the example third-party plugin (docs/example_plugin)"
   "$VPY" -m pip install -q -e docs/example_plugin
+  "$VPY" -m pip install -q -e docs/example_plugin_localsgd
 fi

@@ -1,4 +1,5 @@
-"""The third-party example plugin (docs/example_plugin), pip-installed by scripts/test, as a user meets it."""
+"""The third-party example plugins (docs/example_plugin, docs/example_plugin_localsgd), pip-installed by
+scripts/test, as a user meets them (each one's own tests are in its tests/ folder, collected by the suite)."""
 
 import subprocess
 import sys
@@ -9,6 +10,14 @@ def test_example_plugin_is_installed_and_listed():
     rows = [line.split()[:2] for line in out.stdout.splitlines()]
     assert ["lookahead", "rlkit-example-plugin"] in rows, (
         "docs/example_plugin is not installed: pip install -e docs/example_plugin (scripts/test does)")
+
+
+def test_localsgd_example_plugin_is_installed_and_listed():
+    out = subprocess.run([sys.executable, "-m", "rlkit.cli", "plugins"], capture_output=True, text=True, timeout=60)
+    rows = [line.split()[:2] for line in out.stdout.splitlines()]
+    assert ["localsgd", "rlkit-example-localsgd"] in rows, (
+        "docs/example_plugin_localsgd is not installed: pip install -e docs/example_plugin_localsgd "
+        "(scripts/test does)")
 
 
 def test_recipe_selects_the_example_plugin(tmp_path):
