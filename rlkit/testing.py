@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rlkit.plugin import hookimpl
-from rlkit.processes import child_pids, processes_of_run, snapshot_tree, still_alive  # noqa: F401  (re-exported for tests)
+from rlkit.processes import child_pids, processes_of_run, snapshot_tree, start_time, still_alive  # noqa: F401  (re-exported)
 
 QUICK_RECIPE = "a2c-cartpole-local"
 
@@ -157,16 +157,129 @@ def quick_overrides(tmp_path: Path, steps: int = 2000) -> list[str]:
             f"logging.root={tmp_path}", "logging.run_name=conformance", "trainer.log_every_n_updates=10"]
 
 
+class WatchedRun:
+    """A CLI run in a subprocess whose process tree is recorded while it runs (every
+    ``period_s``), so a leak check also sees forked env workers and processes that were re-parented
+    or left the run's environment."""
+
+    def __init__(self, args: list[str], cwd: Path, env: dict | None = None, period_s: float = 0.25):
+        import os
+        import subprocess
+        import sys
+        import threading
+
+        import tempfile
+
+        # output goes to files, not pipes: a process the run leaks may hold them open for ever
+        self._out, self._err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+        self.proc = subprocess.Popen([sys.executable, "-m", "rlkit.cli", *args], stdout=self._out,
+                                     stderr=self._err, text=True, cwd=cwd,
+                                     env=dict(os.environ, WANDB_MODE="offline", **(env or {})))
+        self.tree: dict[int, int] = {}
+        self._period_s = period_s
+        self._watcher = threading.Thread(target=self._watch, daemon=True)
+        self._watcher.start()
+
+    def _watch(self) -> None:
+        import time
+
+        while self.proc.poll() is None:
+            self.tree.update(snapshot_tree(self.proc.pid))
+            time.sleep(self._period_s)
+
+    def communicate(self, timeout: float = 600.0) -> tuple[str, str]:
+        try:
+            self.proc.wait(timeout=timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._watcher.join(5)
+        out = []
+        for fh in (self._out, self._err):
+            fh.seek(0)
+            out.append(fh.read())
+            fh.close()
+        return out[0], out[1]
+
+
+def assert_no_leak(tree: dict[int, int], run_dir: Path, within_s: float = 10.0) -> None:
+    """No process of the run (recorded in ``tree``, or carrying its RLKIT_RUN_DIR) is alive
+    ``within_s`` seconds from now."""
+    import time
+
+    deadline = time.monotonic() + within_s
+    while (still_alive(tree) or processes_of_run(run_dir)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = sorted(set(still_alive(tree)) | set(processes_of_run(run_dir)))
+    assert not left, f"processes of the run outlived it by {within_s:g} s: {left} ({_cmdlines(left)})"
+
+
+def _cmdlines(pids: list[int]) -> str:
+    out = []
+    for pid in pids:
+        try:
+            out.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:80])
+        except OSError:
+            out.append("?")
+    return "; ".join(out)
+
+
+def assert_checkpoint_of_a_trained_learner(path: Path, learner: int = 0) -> dict:
+    """A checkpoint that Lightning can resume from: this learner's, after some training."""
+    from rlkit.checkpoints import load_checkpoint
+
+    state = load_checkpoint(path)
+    assert state["global_step"] > 0 and state["rlkit"]["agent_steps"] > 0, (path, state["global_step"])
+    assert state["rlkit"]["learner"] == learner, path
+    assert state["state_dict"] and state["optimizer_states"], path
+    return state
+
+
 class CommunicatorConformance:
-    """What every communicator must do. Subclass it in a test module and set ``communicator``."""
+    """What every communicator must do, built-in or third-party. Subclass it in a test module, set
+    ``communicator`` and describe the run with the attributes below; pytest collects the tests.
+
+    * ``recipe`` / ``overrides``: a short CPU run of the communicator (CartPole by default).
+    * ``learners``: learner processes the run has; ``independent_checkpoints``: learner r > 0
+      writes its own ``checkpoints/learner<r>/`` (the independent topology).
+    * ``in_process``: False for communicators that launch learner processes (Lightning re-runs
+      the CLI there), which the in-process run test cannot host.
+    * ``learner_killed``: what SIGKILL of a launched learner does: ``"fails"`` (one line naming
+      it, exit code 1), ``"continues"`` (the others finish, exit code 0) or None (not tested);
+      ``kill_overrides`` for that run (a shorter peer timeout).
+    * ``env``: extra environment for the CLI runs (e.g. PYTHONPATH of a plugin under test).
+    * ``check_run(result)``: protocol-specific checks on a finished run, called for every run the
+      suite completes (in-process and CLI); ``result`` has ``run_dir`` and result.json's fields.
+    """
 
     communicator: str = ""
     recipe: str = QUICK_RECIPE
     overrides: tuple[str, ...] = ()
-    in_process: bool = True  # False for communicators that launch learner processes (Lightning re-runs argv)
+    in_process: bool = True
+    learners: int = 1
+    independent_checkpoints: bool = False
+    learner_killed: str | None = None
+    kill_overrides: tuple[str, ...] = ()  # e.g. a shorter peer timeout for the kill test
+    env: dict = {}
 
-    def _args(self, tmp_path: Path) -> list[str]:
-        return [f"communication.name={self.communicator}", *quick_overrides(tmp_path), *self.overrides]
+    def _args(self, tmp_path: Path, steps: int = 2000) -> list[str]:
+        return [f"communication.name={self.communicator}", *quick_overrides(tmp_path, steps), *self.overrides]
+
+    def _cli(self, args: list[str], cwd: Path) -> WatchedRun:
+        return WatchedRun(args, cwd, self.env)
+
+    @staticmethod
+    def _result(run_dir: Path) -> Any:
+        import json
+        from types import SimpleNamespace
+
+        return SimpleNamespace(**{**json.loads((run_dir / "result.json").read_text()), "run_dir": run_dir})
+
+    def check_run(self, result: Any) -> None:
+        """Protocol-specific assertions on a finished short run; override in a subclass."""
+
+    # -- registration and options ---------------------------------------------------------------
 
     def test_discovered_through_entry_points(self):
         from rlkit.manager import build_plugin_manager
@@ -186,26 +299,26 @@ class CommunicatorConformance:
         import pytest
 
         from rlkit.errors import UserError
-        from rlkit.run import prepare
         from rlkit.manager import build_plugin_manager
+        from rlkit.run import prepare
 
         with pytest.raises(UserError, match="communication.options.no_such_option"):
             prepare(self.recipe, [f"communication.name={self.communicator}", "communication.options.no_such_option=1",
                                   *self.overrides], build_plugin_manager())
 
-    def test_cli_run_exits_cleanly_and_leaves_no_process(self, tmp_path):
-        import json
-        import subprocess
-        import sys
+    # -- runs -----------------------------------------------------------------------------------
 
-        out = subprocess.run([sys.executable, "-m", "rlkit.cli", "run", self.recipe, *self._args(tmp_path)],
-                             capture_output=True, text=True, timeout=600, cwd=tmp_path)
-        assert out.returncode == 0, out.stderr[-3000:]
+    def test_cli_run_exits_cleanly_and_leaves_no_process(self, tmp_path):
+        run = self._cli(["run", self.recipe, *self._args(tmp_path)], tmp_path)
+        out, err = run.communicate()
+        assert run.proc.returncode == 0, err[-3000:]
         run_dir = tmp_path / "conformance"
-        result = json.loads((run_dir / "result.json").read_text())
-        assert result["agent_steps"] >= 2000 and (run_dir / "checkpoints" / "last.ckpt").is_file()
-        assert out.stdout.count("agent steps") == 1, "one summary line per run, not per process"
-        assert processes_of_run(run_dir) == [], "processes of the run are still alive"
+        result = self._result(run_dir)
+        assert result.agent_steps >= 2000 and (run_dir / "checkpoints" / "last.ckpt").is_file()
+        assert out.count("agent steps") == 1, "one summary line per run, not per process"
+        assert len(run.tree) >= self.learners, f"{self.learners} learner processes expected in {run.tree}"
+        assert_no_leak(run.tree, run_dir)
+        self.check_run(result)
 
     def test_short_run_trains_checkpoints_and_shuts_down(self, tmp_path):
         import pytest
@@ -228,8 +341,72 @@ class CommunicatorConformance:
         assert child_pids() <= before, "the run left child processes behind"
         self.check_run(result)
 
-    def check_run(self, result: Any) -> None:
-        """Protocol-specific assertions on a finished short run; override in a subclass."""
+    def test_ctrl_c_checkpoints_then_resume_finishes_and_no_process_is_left(self, tmp_path):
+        """Ctrl-C (SIGINT to the process the user started): exit code 1, each learner's checkpoint
+        written, every process gone within 10 s; then ``rlkit resume`` finishes the run from it."""
+        import signal
+        import time
+
+        run_dir = tmp_path / "conformance"
+        run = self._cli(["run", self.recipe, *self._args(tmp_path, 4_000_000), "algo.stop_at_score=null"], tmp_path)
+        try:
+            wait_for_log_rows(run_dir, 5)
+            time.sleep(0.5)  # one more look at the tree while every process is up
+            run.proc.send_signal(signal.SIGINT)
+            sent = time.monotonic()
+            _, err = run.communicate(timeout=120)
+        finally:
+            if run.proc.poll() is None:
+                run.proc.kill()
+        assert run.proc.returncode == 1, err[-3000:]
+        assert time.monotonic() - sent < 60, "the run took over a minute to stop after Ctrl-C"
+        assert f"continue with: rlkit resume {run_dir}" in err, err[-3000:]
+        ckpts = [run_dir / "checkpoints" / "interrupted.ckpt"]
+        if self.independent_checkpoints:
+            ckpts += [run_dir / "checkpoints" / f"learner{r}" / "interrupted.ckpt" for r in range(1, self.learners)]
+        states = [assert_checkpoint_of_a_trained_learner(path, r) for r, path in enumerate(ckpts)]
+        assert_no_leak(run.tree, run_dir)
+
+        done = max(s["rlkit"]["agent_steps"] for s in states) * self.learners
+        budget = done + 1000 * self.learners
+        resumed = self._cli(["resume", str(run_dir), f"algo.total_steps={budget}"], tmp_path)
+        _, err = resumed.communicate()
+        assert resumed.proc.returncode == 0, err[-3000:]
+        result = self._result(run_dir)
+        assert result.updates > states[0]["global_step"], "the resumed run did not continue from the checkpoint"
+        assert_no_leak(resumed.tree, run_dir)
+        self.check_run(result)
+
+    def test_killing_a_learner(self, tmp_path):
+        """SIGKILL of a launched learner: the run fails with one line naming it, or the others
+        finish, as the protocol says (``learner_killed``); no process is left either way."""
+        import os
+        import signal
+        import pytest
+
+        if self.learner_killed is None or self.learners < 2:
+            pytest.skip("no launched learner to kill, or the protocol does not say what happens")
+        run_dir = tmp_path / "conformance"
+        run = self._cli(["run", self.recipe, *self._args(tmp_path, 40_000 * self.learners), "algo.stop_at_score=null",
+                         *self.kill_overrides], tmp_path)
+        try:
+            wait_for_log_rows(run_dir, 5)
+            launched = sorted(child_pids(run.proc.pid) & set(processes_of_run(run_dir)))
+            learners = [p for p in launched if b"rlkit" in Path(f"/proc/{p}/cmdline").read_bytes()]
+            assert learners, f"no launched learner among {launched}"
+            os.kill(learners[0], signal.SIGKILL)
+            _, err = run.communicate(timeout=240)
+        finally:
+            if run.proc.poll() is None:
+                run.proc.kill()
+        if self.learner_killed == "fails":
+            assert run.proc.returncode == 1, err[-3000:]
+            failed = [line for line in err.splitlines() if line.startswith("rlkit: run failed:")]
+            assert len(failed) == 1 and "learner" in failed[0], err[-3000:]
+        else:
+            assert run.proc.returncode == 0, err[-3000:]
+            assert self._result(run_dir).updates > 0
+        assert_no_leak(run.tree, run_dir)
 
 
 def read_wandb_history(run_file: str | Path) -> list[dict[str, Any]]:

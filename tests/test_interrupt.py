@@ -1,5 +1,6 @@
-"""Ctrl-C (SIGINT to the process the user started) during a run of each landed communicator: a
-checkpoint is on disk, the exit code is 1, and no process of the run is alive 10 s later."""
+"""Signals during a run beyond the conformance suite's Ctrl-C test (which every communicator runs:
+rlkit/testing.py): SIGTERM, a second Ctrl-C, a terminal's Ctrl-C to every gossip learner, the
+launcher's grace before SIGKILL, and Ctrl-C before training starts."""
 
 import os
 import signal
@@ -10,49 +11,8 @@ import time
 
 import pytest
 
-from rlkit.checkpoints import load_checkpoint
-from rlkit.testing import processes_of_run, snapshot_tree, still_alive, wait_for_log_rows
-
-
-@pytest.mark.parametrize("recipe", ["a2c-cartpole-local", "a2c-cartpole-allreduce", "a2c-cartpole-gossip",
-                                    "a2c-cartpole-queues"])
-def test_ctrl_c_checkpoints_and_stops_every_process(recipe, tmp_path):
-    run_dir = tmp_path / "stop"
-    proc = subprocess.Popen([sys.executable, "-m", "rlkit.cli", "run", recipe, "trainer.progress_bar=false",
-                             "logging.backends=[csv]", f"logging.root={tmp_path}", "logging.run_name=stop",
-                             "algo.stop_at_score=null"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, WANDB_MODE="offline"))
-    try:
-        wait_for_log_rows(run_dir, 5)
-        tree = snapshot_tree(proc.pid)  # every process of the run, forked ones included
-        proc.send_signal(signal.SIGINT)
-        sent = time.monotonic()
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    stopped_s = time.monotonic() - sent
-    assert proc.returncode == 1
-    assert f"continue with: rlkit resume {run_dir}" in err, err[-2000:]
-    assert_checkpoint_of_a_trained_learner(run_dir / "checkpoints" / "interrupted.ckpt")
-    if recipe == "a2c-cartpole-gossip":  # only learner 0 got the SIGINT: it passes the stop on to
-        for r in (1, 2, 3):              # the others, and each writes its own checkpoint
-            assert_checkpoint_of_a_trained_learner(run_dir / "checkpoints" / f"learner{r}" / "interrupted.ckpt", r)
-    if recipe != "a2c-cartpole-local":
-        assert len(tree) > 1, f"{recipe}: the run's other processes were expected in {tree}"
-    assert stopped_s < 30, f"the run took {stopped_s:.0f} s to stop after Ctrl-C"
-    while (still_alive(tree) or processes_of_run(run_dir)) and time.monotonic() - sent < 10:
-        time.sleep(0.2)
-    assert not still_alive(tree) and not processes_of_run(run_dir), "a process of the run outlived Ctrl-C by 10 s"
-
-
-def assert_checkpoint_of_a_trained_learner(path, learner: int = 0) -> None:
-    """A checkpoint that Lightning can resume from: this learner's, after some training."""
-    state = load_checkpoint(path)
-    assert state["global_step"] > 0 and state["rlkit"]["agent_steps"] > 0, (path, state["global_step"])
-    assert state["rlkit"]["learner"] == learner, path
-    assert state["state_dict"] and state["optimizer_states"], path
+from rlkit.testing import (assert_checkpoint_of_a_trained_learner, processes_of_run, snapshot_tree, still_alive,
+                           wait_for_log_rows)
 
 
 def _start(cmd, tmp_path):
