@@ -69,8 +69,9 @@ def rlkit_after_optimizer_step(run, module, update):
 '''
 
 
-@pytest.mark.slow
-def test_parameters_are_bit_identical_across_ranks_after_training(tmp_path):
+def _dump_env(tmp_path, at: int) -> dict:
+    """The environment of a run whose learners (found through the plugin's entry point) save their
+    parameters at the start and after update ``at`` under tmp_path."""
     site = tmp_path / "site"
     site.mkdir()
     (site / "rlkit_test_dump.py").write_text(textwrap.dedent(DUMP_PLUGIN))
@@ -78,15 +79,25 @@ def test_parameters_are_bit_identical_across_ranks_after_training(tmp_path):
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rlkit-test-dump\nVersion: 0.0.1\n")
     (info / "entry_points.txt").write_text("[rlkit]\ntest-dump = rlkit_test_dump\n")
-    env = dict(os.environ, PYTHONPATH=f"{site}:{os.environ.get('PYTHONPATH', '')}", RLKIT_TEST_DUMP=str(tmp_path),
-               RLKIT_TEST_DUMP_AT="50", WANDB_MODE="offline")
+    return dict(os.environ, PYTHONPATH=f"{site}:{os.environ.get('PYTHONPATH', '')}", RLKIT_TEST_DUMP=str(tmp_path),
+                RLKIT_TEST_DUMP_AT=str(at), WANDB_MODE="offline")
+
+
+def _load_dumps(tmp_path) -> tuple[dict, dict, dict, dict]:
+    """(initial rank 0, initial rank 1, final rank 0, final rank 1) parameters."""
+    return tuple(torch.load(tmp_path / f"{t}-rank{r}.pt")
+                 for t, r in (("initial", 0), ("initial", 1), ("final", 0), ("final", 1)))
+
+
+@pytest.mark.slow
+def test_parameters_are_bit_identical_across_ranks_after_training(tmp_path):
+    env = _dump_env(tmp_path, 50)
     out = subprocess.run([sys.executable, "-m", "rlkit.cli", "run", "a2c-cartpole-allreduce", *TWO,
                           "algo.total_steps=4000", "trainer.progress_bar=false", "logging.backends=[csv]",
                           f"logging.root={tmp_path}", "logging.run_name=ar"],
                          capture_output=True, text=True, timeout=600, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
-    init0, init1, fin0, fin1 = (torch.load(tmp_path / f"{t}-rank{r}.pt")
-                                for t, r in (("initial", 0), ("initial", 1), ("final", 0), ("final", 1)))
+    init0, init1, fin0, fin1 = _load_dumps(tmp_path)
     for name in fin0:
         assert torch.equal(init0[name], init1[name]), name  # rank 0's parameters were broadcast
         assert torch.equal(fin0[name], fin1[name]), f"{name} differs across ranks after 50 updates"
@@ -116,7 +127,9 @@ def test_cartpole_allreduce_two_learners_solves_within_300k_total_steps(tmp_path
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads((tmp_path / "solve" / "result.json").read_text())
     assert result["solved"] and result["score_mean"] >= 475, result
-    assert result["agent_steps"] <= 300_000  # summed over both learners
+    # stop_at_score ended it strictly before the recipe's budget (300k, summed over both learners)
+    assert result["agent_steps"] < 300_000, result
+    assert result["agent_steps"] == result["updates"] * 2 * 4 * 5, result  # 2 learners x 4 envs x 5 steps
 
 
 def test_a_dead_learner_stops_the_run_with_one_line_naming_it(tmp_path):
@@ -151,29 +164,43 @@ def test_a_dead_learner_stops_the_run_with_one_line_naming_it(tmp_path):
 def test_two_nodes_on_loopback_train_and_exit_cleanly(tmp_path):
     """The documented multi-node launch: one torchrun per node (here both on 127.0.0.1)."""
     outs = torchrun_nodes(tmp_path, "a2c-cartpole-allreduce", 2, 1,
-                          ["trainer.torch_threads=1", "algo.total_steps=4000", "trainer.progress_bar=false",
+                          ["trainer.torch_threads=1", "algo.total_steps=3990", "trainer.progress_bar=false",
                            "logging.backends=[csv]", f"logging.root={tmp_path}", "logging.run_name=two-nodes"])
     for code, _, err in outs:
         assert code == 0, err[-3000:]
     import json
 
     result = json.loads((tmp_path / "two-nodes" / "result.json").read_text())
-    assert result["agent_steps"] == 4000 and result["updates"] == 100  # 2 learners x 4 envs x 5 steps per update
+    # whole updates of 2 learners x 4 envs x 5 steps = 40 agent steps until the budget is covered:
+    # ceil(3990 / 40) = 100 updates, 4000 agent steps
+    assert (result["updates"], result["agent_steps"]) == (100, 4000), result
     assert outs[0][1].count("agent steps") == 1 and "agent steps" not in outs[1][1]
     assert (tmp_path / "two-nodes" / "checkpoints" / "last.ckpt").is_file()
 
 
 def test_two_learners_share_one_device(tmp_path):
-    """placement.learners_per_device: 2 learner processes on 1 device (gloo), gradients still averaged."""
+    """placement.learners_per_device: 2 learner processes on 1 device (gloo), gradients still averaged:
+    every logged update timed an all-reduce between 2 ranks, and the two learners' parameters are
+    identical after the last update (each stepping on its own gradients would set them apart)."""
+    import csv
     import json
 
+    # ceil(7990 / (2 learners x 4 envs x 5 steps)) = 200 updates = 8000 agent steps
     out = subprocess.run([sys.executable, "-m", "rlkit.cli", "run", "a2c-cartpole-allreduce", "trainer.devices=1",
-                          "placement.learners=2", "placement.learners_per_device=2", "algo.total_steps=8000",
+                          "placement.learners=2", "placement.learners_per_device=2", "algo.total_steps=7990",
                           "trainer.progress_bar=false", "logging.backends=[csv]", f"logging.root={tmp_path}",
                           "logging.run_name=shared"], capture_output=True, text=True, timeout=300,
-                         env=dict(os.environ, WANDB_MODE="offline"))
+                         env=_dump_env(tmp_path, 200))
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads((tmp_path / "shared" / "result.json").read_text())
-    assert result["agent_steps"] == 8000 and result["updates"] == 200  # 2 learners x 4 envs x 5 steps per update
-    rows = (tmp_path / "shared" / "csv" / "metrics.csv").read_text()
-    assert "comm/world_size" in rows.splitlines()[0] and ",2.0," in rows
+    assert (result["updates"], result["agent_steps"]) == (200, 8000), result
+    with open(tmp_path / "shared" / "csv" / "metrics.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [int(r["step"]) for r in rows] == [1, *range(20, 201, 20)], [r["step"] for r in rows]
+    for r in rows:
+        assert float(r["comm/world_size"]) == 2.0, r
+        assert float(r["comm/allreduce_ms"]) > 0 and 0 < float(r["comm/allreduce_frac"]) < 1, r
+    init0, init1, fin0, fin1 = _load_dumps(tmp_path)
+    for name in fin0:
+        assert torch.equal(fin0[name], fin1[name]), f"{name} differs across the two learners after 200 updates"
+    assert any(not torch.equal(init0[n], fin0[n]) for n in fin0), "training did not change the parameters"

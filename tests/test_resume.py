@@ -10,8 +10,10 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
 
+from rlkit import rng
 from rlkit.manager import build_plugin_manager
 from rlkit.plugin import hookimpl
 from rlkit.run import resume
@@ -25,17 +27,18 @@ class Snapshot:
         self.step, self.agent_steps = module.trainer.global_step, module.agent_steps
         self.params = {k: v.detach().clone() for k, v in module.state_dict().items()}
         self.optimizer = copy.deepcopy(module.trainer.optimizers[0].state_dict())  # it holds live tensors
-        self.torch_rng = torch.get_rng_state()
+        self.rng = rng.capture()  # torch, numpy and Python random as they are when training goes on
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_exactly_and_solves(tmp_path):
     run_dir = tmp_path / "r"
     proc = subprocess.Popen([sys.executable, "-m", "rlkit.cli", "run", "a2c-cartpole-local", "trainer.progress_bar=false",
                              "logging.backends=[csv,wandb]", f"logging.root={tmp_path}", "logging.run_name=r",
-                             "checkpoint.every_steps=20000", "algo.stop_at_score=null"],
+                             "checkpoint.every_steps=10000", "algo.stop_at_score=null"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ, WANDB_MODE="offline"))
     try:
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + 300  # two checkpoints: 20k agent steps (minutes on 2 busy cores)
         while time.monotonic() < deadline and len(list((run_dir / "checkpoints").glob("update-*.ckpt"))) < 2:
             time.sleep(0.2)
         os.kill(proc.pid, signal.SIGKILL)
@@ -44,6 +47,7 @@ def test_killed_run_resumes_exactly_and_solves(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert not (run_dir / "checkpoints" / "last.ckpt").exists(), "the run was not cut short"
+    assert len(list((run_dir / "checkpoints").glob("update-*.ckpt"))) >= 2, "no two checkpoints within 300 s"
     ckpts = {p: torch.load(p, map_location="cpu", weights_only=True) for p in (run_dir / "checkpoints").glob("*.ckpt")}
     newest = max(ckpts, key=lambda p: ckpts[p]["global_step"])
     saved = ckpts[newest]
@@ -65,12 +69,21 @@ def test_killed_run_resumes_exactly_and_solves(tmp_path):
     assert snap.agent_steps == saved["rlkit"]["agent_steps"] == 40 * saved["global_step"]
     for k, v in saved["state_dict"].items():
         assert torch.equal(snap.params[k], v), k
-    assert torch.equal(snap.torch_rng, saved["rlkit"]["rng"]["torch"]), "the random stream goes on"
+    # every CPU random stream goes on where it stopped (numpy and Python random are never seeded by
+    # rlkit: a fresh process starts them from OS entropy, so a stream not restored differs)
+    want = saved["rlkit"]["rng"]
+    assert torch.equal(snap.rng["torch"], want["torch"]), "the torch random stream goes on"
+    got_np, want_np = snap.rng["numpy"], want["numpy"]
+    assert torch.equal(got_np["keys"], want_np["keys"]), "the numpy random stream goes on"
+    assert {k: got_np[k] for k in ("kind", "pos", "has_gauss", "cached")} == \
+        {k: want_np[k] for k in ("kind", "pos", "has_gauss", "cached")}
+    assert snap.rng["python"] == want["python"], "the Python random stream goes on"
     opt = saved["optimizer_states"][0]
     for i, state in opt["state"].items():
         for name, value in state.items():
             assert torch.equal(torch.as_tensor(snap.optimizer["state"][i][name]), torch.as_tensor(value)), name
     assert result.solved and result.score_mean >= 475, result
+    assert result.agent_steps < 300_000, result  # stop_at_score ended it, before the recipe's budget
     runs = list((run_dir / "wandb").glob("offline-run-*"))
     assert len(runs) == 2 and len({p.name.rsplit("-", 1)[1] for p in runs}) == 1, "one W&B run id, continued"
 
