@@ -161,6 +161,7 @@ def test_a_dead_learner_stops_the_run_with_one_line_naming_it(tmp_path):
     assert not processes_of_run(run_dir)
 
 
+@pytest.mark.slow
 def test_two_nodes_on_loopback_train_and_exit_cleanly(tmp_path):
     """The documented multi-node launch: one torchrun per node (here both on 127.0.0.1)."""
     outs = torchrun_nodes(tmp_path, "a2c-cartpole-allreduce", 2, 1,

@@ -51,6 +51,7 @@ def test_cartpole_gossip_solves_within_300k_steps_with_bounded_consensus(tmp_pat
     assert not processes_of_run(tmp_path / "solve")
 
 
+@pytest.mark.slow
 def test_dist_transport_gossips_between_learner_processes(tmp_path):
     """The torch.distributed transport (isend/irecv over gloo) in a real run: every learner mixes
     its in-peer's messages, learner 0 gets every learner's snapshot, and the run ends cleanly."""
@@ -123,6 +124,7 @@ def test_killing_a_learner_leaves_the_others_to_finish(tmp_path, transport):
     assert not processes_of_run(run_dir)
 
 
+@pytest.mark.slow
 def test_each_learner_resumes_from_its_own_checkpoint(tmp_path):
     """SIGTERM reaches every learner; each writes its own interrupted.ckpt (learner r > 0 under
     checkpoints/learner<r>/), and `rlkit resume` puts each back at its own update and agent steps."""

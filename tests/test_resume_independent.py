@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 import torch
 
 from rlkit.testing import processes_of_run
@@ -41,6 +42,7 @@ def _dump_site(tmp_path):
     return site
 
 
+@pytest.mark.slow
 def test_gossip_learners_resume_their_own_parameters_not_learner_0s(tmp_path):
     run_dir = tmp_path / "g"
     first = subprocess.run([sys.executable, "-m", "rlkit.cli", "run", "a2c-cartpole-gossip", *BASE,
