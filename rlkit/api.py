@@ -15,7 +15,8 @@ Failing cleanly
 On a learner
     Hooks receive the learner as ``module``; :class:`Learner` lists what a plugin may read and
     call on it. ``run_store()`` is the key-value store the run's learners share (multi-learner
-    topologies), ``first_line(exc)`` the message of a backend error in one line.
+    topologies), ``first_line(exc)`` the message of a backend error in one line,
+    ``interrupts_deferred()`` a block (a collective and its bookkeeping) that Ctrl-C cannot cut in half.
 Data
     ``Batch`` (a training batch), :class:`RolloutSource` (what ``rlkit_make_rollout_source``
     returns), :class:`Transport` (a point-to-point channel between learners, as gossip's);
@@ -44,7 +45,7 @@ __all__ = [
     "hookimpl", "CommunicatorSpec", "EnvFamilySpec", "opt",
     "LearnerLayout", "Topology",
     "UserError", "RunFailed",
-    "Learner", "RolloutSource", "Transport", "run_store", "first_line",
+    "Learner", "RolloutSource", "Transport", "run_store", "first_line", "interrupts_deferred",
     "Batch", "EnvConfig", "make_vector_env", "close_envs", "ScoreKeeper", "die_with_parent",
 ]
 
@@ -55,6 +56,7 @@ _LAZY = {
     "make_vector_env": ("rlkit.envs", "make_vector_env"),
     "close_envs": ("rlkit.envs", "close_envs"),
     "die_with_parent": ("rlkit.processes", "die_with_parent"),
+    "interrupts_deferred": ("rlkit.processes", "interrupts_deferred"),
 }
 
 

@@ -4,11 +4,14 @@ with their parent. Light to import (actor processes use it)."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
+from typing import Iterator
 
 
 def child_pids(pid: int | None = None) -> set[int]:
@@ -103,6 +106,42 @@ def exit_at_once_on_next_interrupt(code: int = 130) -> None:
         os._exit(code)
 
     signal.signal(signal.SIGINT, _handler)
+
+
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """A step that must not be cut in half by Ctrl-C: a SIGINT that arrives inside the block is
+    held and handled (by whatever handler was installed) as the block exits, whether it exits
+    normally or with an error. Python raises ``KeyboardInterrupt`` at any bytecode, e.g. just after
+    a collective returns and before the protocol has recorded it; inside this block it cannot. A
+    second SIGINT inside the block is handled at once (a block stuck waiting stays interruptible).
+    Off the main thread (where no signal handler runs) it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list = []
+    previous = signal.getsignal(signal.SIGINT)
+
+    def handle(signum, frame):
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_DFL:
+            signal.default_int_handler(signum, frame)
+
+    def hold(signum, frame):
+        held.append((signum, frame))
+        if len(held) > 1:  # a second Ctrl-C (the block hangs): handled now, as without the block
+            signal.signal(signal.SIGINT, previous)
+            handle(signum, frame)
+
+    signal.signal(signal.SIGINT, hold)
+    try:
+        yield
+    finally:
+        if signal.getsignal(signal.SIGINT) is hold:
+            signal.signal(signal.SIGINT, previous)
+        if len(held) == 1:
+            handle(*held[0])
 
 
 def die_with_parent(sig: int = signal.SIGTERM) -> None:

@@ -8,16 +8,9 @@ import textwrap
 import pytest
 import torch
 
-from rlkit.testing import CommunicatorConformance, torchrun_nodes
+from rlkit.testing import torchrun_nodes
 
 TWO = ("placement.learners=2", "trainer.devices=2", "env.num_envs=4")
-
-
-class TestAllreduceConformance(CommunicatorConformance):
-    communicator = "allreduce"
-    recipe = "a2c-cartpole-allreduce"
-    overrides = TWO
-    in_process = False
 
 
 def _average_worker(rank, world, port, out):

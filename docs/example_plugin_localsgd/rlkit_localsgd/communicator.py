@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 import torch.distributed as dist
 
-from rlkit.api import LearnerLayout, RunFailed, Topology, UserError, first_line, hookimpl
+from rlkit.api import LearnerLayout, RunFailed, Topology, UserError, first_line, hookimpl, interrupts_deferred
 
 # -- the math: pure functions, tested on their own --------------------------------------------
 
@@ -137,6 +137,9 @@ class LocalSGDCommunicator:
                                 f"{module.lost_peers()}; after update {update}, communication.options.timeout_s="
                                 f"{self.options.timeout_s:g}; the backend said: {first_line(exc)}") from None
 
-        self.dist_before = average_parameters(list(module.parameters()), all_reduce_sum, module.world_size)
-        self.averages += 1
-        self.averaged_at = update
+        # a Ctrl-C during the all-reduce is handled once the average is applied and counted, so
+        # interrupted.ckpt never holds an average that happened without its count (or half applied)
+        with interrupts_deferred():
+            self.dist_before = average_parameters(list(module.parameters()), all_reduce_sum, module.world_size)
+            self.averages += 1
+            self.averaged_at = update
