@@ -8,7 +8,9 @@ run and writes checkpoints the way the topology allows. Plugins never build stra
 * ``synchronous``: K learner processes that step together. Every learner runs the same sequence of
   updates, so a collective inside a per-update hook (``rlkit_sync_gradients``,
   ``rlkit_after_optimizer_step``) meets its peers; the core shares episode scores each update (one
-  score window, one stop decision) and checkpoints learner 0's state.
+  score window, one stop decision) and checkpoints learner 0's state. A protocol whose learners
+  each step their own optimizer on their own gradients (local SGD) sets ``own_optimizer_state``:
+  learner r > 0 then also keeps its optimizer state beside each checkpoint and resumes it.
 * ``independent``: K learner processes that never wait for each other (gossip). No collective may
   be used after start-up; each learner keeps its own score window, checkpoints and resume state,
   and a stop asked by one learner reaches the others through the run's key-value store.
@@ -35,13 +37,17 @@ class LearnerLayout:
     """What a communicator needs from the core. ``backend`` is the process group's (``auto``: gloo
     on CPU, nccl on GPU); ``timeout_s`` bounds every collective; ``child_grace_s`` is how long the
     launching process waits for independent learners at the end before it kills them;
-    ``min_learners`` is the fewest learners the protocol makes sense with."""
+    ``min_learners`` is the fewest learners the protocol makes sense with. ``own_optimizer_state``
+    (synchronous only): each learner's optimizer state is its own and is saved and resumed per
+    learner (``checkpoints/learner<r>/<checkpoint name>``); without it every learner resumes
+    learner 0's, which is right where the learners step on the same gradients (allreduce)."""
 
     topology: Topology = Topology.SINGLE
     backend: str = "auto"
     timeout_s: float = 1800.0
     child_grace_s: float = 60.0
     min_learners: int = 1
+    own_optimizer_state: bool = False
 
     @property
     def multi(self) -> bool:
@@ -83,6 +89,7 @@ def build_strategy(layout: LearnerLayout, recipe) -> Any:
     if not layout.multi:
         return single_device_strategy(recipe.trainer.accelerator)
     return LearnerProcesses(independent=layout.topology is Topology.INDEPENDENT,
+                            own_optimizer_state=layout.own_optimizer_state and layout.topology is Topology.SYNCHRONOUS,
                             learners_per_device=recipe.placement.learners_per_device,
                             process_group_backend=resolve_backend(layout, recipe),
                             timeout=timedelta(seconds=layout.timeout_s), child_grace_s=layout.child_grace_s)

@@ -48,9 +48,10 @@ class LearnerProcesses(DDPStrategy):
     strategy_name = "rlkit_learners"
 
     def __init__(self, *, independent: bool = False, learners_per_device: int = 1,
-                 child_grace_s: float = 60.0, **kwargs: Any):
+                 child_grace_s: float = 60.0, own_optimizer_state: bool = False, **kwargs: Any):
         super().__init__(**kwargs)
         self.independent = independent
+        self.own_optimizer_state = own_optimizer_state
         self.learners_per_device = learners_per_device
         self.child_grace_s = child_grace_s
         self._last_poll = 0.0
@@ -182,6 +183,9 @@ class LearnerProcesses(DDPStrategy):
     # Independent learners each have their own parameters, optimizer, counters and communicator
     # state: learner r > 0 keeps its checkpoints in checkpoints/learner<r>/ (same names, its own
     # update numbers), and on resume takes its own newest one (else learner 0's).
+    # Synchronous learners with their own optimizer state (LearnerLayout.own_optimizer_state):
+    # learner 0 writes the checkpoint; learner r > 0 writes only its optimizer state, under the
+    # same name in checkpoints/learner<r>/, and on resume puts it in place of learner 0's.
 
     def _own_path(self, filepath) -> Path:
         path = Path(filepath)
@@ -190,14 +194,20 @@ class LearnerProcesses(DDPStrategy):
     def _keeps_own(self) -> bool:
         return self.independent and self.global_rank != 0
 
+    def _keeps_own_optimizer(self) -> bool:
+        return self.own_optimizer_state and not self.independent and self.global_rank != 0
+
     def save_checkpoint(self, checkpoint, filepath, storage_options=None) -> None:
         if self._keeps_own():
             self.checkpoint_io.save_checkpoint(checkpoint, self._own_path(filepath), storage_options=storage_options)
+        elif self._keeps_own_optimizer():
+            own = {"global_step": checkpoint.get("global_step"), "optimizer_states": checkpoint.get("optimizer_states")}
+            self.checkpoint_io.save_checkpoint(own, self._own_path(filepath), storage_options=storage_options)
         else:
             super().save_checkpoint(checkpoint, filepath, storage_options=storage_options)
 
     def remove_checkpoint(self, filepath) -> None:
-        if self._keeps_own():
+        if self._keeps_own() or self._keeps_own_optimizer():
             self.checkpoint_io.remove_checkpoint(self._own_path(filepath))
         else:
             super().remove_checkpoint(filepath)
@@ -210,7 +220,24 @@ class LearnerProcesses(DDPStrategy):
                     return super().load_checkpoint(path, weights_only=weights_only)
                 except Exception as exc:
                     log.warning("learner %d: skipping %s: %s", self.global_rank, path, first_line(exc))
-        return super().load_checkpoint(checkpoint_path, weights_only=weights_only)
+        checkpoint = super().load_checkpoint(checkpoint_path, weights_only=weights_only)
+        if self._keeps_own_optimizer():
+            self._put_own_optimizer_state(checkpoint, self._own_path(checkpoint_path))
+        return checkpoint
+
+    def _put_own_optimizer_state(self, checkpoint: dict, path: Path) -> None:
+        why = "it has none"
+        if path.is_file():
+            try:
+                own = self.checkpoint_io.load_checkpoint(path)
+                if own.get("global_step") == checkpoint.get("global_step") and own.get("optimizer_states"):
+                    checkpoint["optimizer_states"] = own["optimizer_states"]
+                    return
+                why = f"its {path.name} is from update {own.get('global_step')}, the run's from {checkpoint.get('global_step')}"
+            except Exception as exc:
+                why = first_line(exc)
+        log.warning("learner %d: resuming learner 0's optimizer state (own state at %s: %s)",
+                    self.global_rank, path, why)
 
     # -- end --------------------------------------------------------------------------------------
 

@@ -70,8 +70,9 @@ class FinalCheckpoint(Callback):
                 # before training started (set-up, restore) there is nothing new to keep, and a
                 # half-restored state must not replace a good interrupted.ckpt
                 started = getattr(pl_module, "_started", False)
-                independent = pl_module.topology is Topology.INDEPENDENT
-                if started and (trainer.is_global_zero or independent):  # each its own
+                layout = pl_module.hooks.layout if pl_module.hooks is not None else None
+                own = layout is not None and (layout.topology is Topology.INDEPENDENT or layout.own_optimizer_state)
+                if started and (trainer.is_global_zero or own):  # each its own (or its optimizer state)
                     checkpoint = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
                     strategy.save_checkpoint(checkpoint, self.dirpath / "interrupted.ckpt")
                 if trainer.is_global_zero:

@@ -87,8 +87,10 @@ class LocalSGDCommunicator:
 
     @hookimpl
     def rlkit_learner_layout(self, run) -> LearnerLayout:
+        # each learner steps its own RMSprop on its own gradients: its optimizer state is its own,
+        # and the core saves and resumes it per learner
         return LearnerLayout(Topology.SYNCHRONOUS, backend=self.options.backend, timeout_s=self.options.timeout_s,
-                             min_learners=2)
+                             min_learners=2, own_optimizer_state=True)
 
     @hookimpl
     def rlkit_configure(self, run) -> None:

@@ -122,7 +122,7 @@ def test_two_learners_are_accepted_and_laid_out_synchronously(tmp_path):
     run, comm = configure_run(rlkit_localsgd, RECIPE, overrides, run_dir=tmp_path)
     assert isinstance(comm, LocalSGDCommunicator) and run.options.k == 3
     assert comm.rlkit_learner_layout(run=run) == LearnerLayout(Topology.SYNCHRONOUS, backend="gloo", timeout_s=30.0,
-                                                               min_learners=2)
+                                                               min_learners=2, own_optimizer_state=True)
 
 
 def test_the_recipe_is_valid(tmp_path):
