@@ -125,6 +125,7 @@ def test_cartpole_allreduce_two_learners_solves_within_300k_total_steps(tmp_path
     assert result["agent_steps"] == result["updates"] * 2 * 4 * 5, result  # 2 learners x 4 envs x 5 steps
 
 
+@pytest.mark.slow
 def test_a_dead_learner_stops_the_run_with_one_line_naming_it(tmp_path):
     import signal
     import time

@@ -60,6 +60,7 @@ def leaky(site, tmp_path):  # noqa: F811
             os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_the_leak_check_fails_on_a_leaking_communicator(leaky, tmp_path):
     suite, pids = leaky
     run_dir = tmp_path / "run"
@@ -69,6 +70,7 @@ def test_the_leak_check_fails_on_a_leaking_communicator(leaky, tmp_path):
     assert pids.read_text().split(), "the leaky plugin never started its helper: the test proved nothing"
 
 
+@pytest.mark.slow
 def test_the_ctrl_c_check_fails_on_a_leaking_communicator(leaky, tmp_path):
     suite, pids = leaky
     run_dir = tmp_path / "run"

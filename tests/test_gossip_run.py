@@ -51,6 +51,7 @@ def test_cartpole_gossip_solves_within_300k_steps_with_bounded_consensus(tmp_pat
     assert not processes_of_run(tmp_path / "solve")
 
 
+@pytest.mark.slow
 def test_two_nodes_gossip_over_torch_distributed(tmp_path):
     """Across hosts (here 2 torchrun "nodes" of 2 learners on 127.0.0.1) transport auto is the
     torch.distributed one (isend/irecv over gloo); every learner trains its share, learner 0 keeps

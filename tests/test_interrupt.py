@@ -109,6 +109,7 @@ def test_a_second_ctrl_c_exits_at_once_and_leaves_no_process(slow_part, tmp_path
     assert not processes_of_run(run_dir), "an env worker outlived the second Ctrl-C"
 
 
+@pytest.mark.slow
 def test_terminal_ctrl_c_to_every_gossip_learner_lets_each_finish_its_checkpoint(tmp_path):
     """A terminal's Ctrl-C reaches every process of the foreground group: each learner stops on its
     own SIGINT (and the launcher's SIGTERM), and none is SIGKILLed while writing its checkpoint."""
@@ -180,6 +181,7 @@ if __name__ == "__main__":
 '''
 
 
+@pytest.mark.slow
 def test_ctrl_c_before_training_starts_keeps_the_checkpoint_it_resumes_from(tmp_path):
     from rlkit.checkpoints import load_checkpoint
 
