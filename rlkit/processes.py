@@ -111,21 +111,23 @@ def exit_at_once_on_next_interrupt(code: int = 130) -> None:
 @contextlib.contextmanager
 def interrupts_deferred() -> Iterator[None]:
     """A step that must not be cut in half by Ctrl-C: a SIGINT that arrives inside the block is
-    held and handled (by whatever handler was installed) as the block exits, whether it exits
-    normally or with an error. Python raises ``KeyboardInterrupt`` at any bytecode, e.g. just after
-    a collective returns and before the protocol has recorded it; inside this block it cannot. A
-    second SIGINT inside the block is handled at once (a block stuck waiting stays interruptible).
-    Off the main thread (where no signal handler runs) it does nothing."""
-    if threading.current_thread() is not threading.main_thread():
+    held and handled (by whatever handler was installed) as the block exits normally. Python raises
+    ``KeyboardInterrupt`` at any bytecode, e.g. just after a collective returns and before the
+    protocol has recorded it; inside this block it cannot. A second SIGINT inside the block is
+    handled at once (a block stuck waiting stays interruptible). When the block raises, its own
+    error goes on (the held Ctrl-C is dropped: the run is failing anyway). Nested blocks act as one;
+    off the main thread (where no signal handler runs), or where SIGINT is ignored or handled outside
+    Python, it does nothing."""
+    previous = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
+    if previous is None or previous == signal.SIG_IGN or getattr(previous, "_rlkit_hold", False):
         yield
         return
     held: list = []
-    previous = signal.getsignal(signal.SIGINT)
 
     def handle(signum, frame):
         if callable(previous):
             previous(signum, frame)
-        elif previous == signal.SIG_DFL:
+        else:  # SIG_DFL
             signal.default_int_handler(signum, frame)
 
     def hold(signum, frame):
@@ -134,14 +136,15 @@ def interrupts_deferred() -> Iterator[None]:
             signal.signal(signal.SIGINT, previous)
             handle(signum, frame)
 
+    hold._rlkit_hold = True  # type: ignore[attr-defined]
     signal.signal(signal.SIGINT, hold)
     try:
         yield
     finally:
         if signal.getsignal(signal.SIGINT) is hold:
             signal.signal(signal.SIGINT, previous)
-        if len(held) == 1:
-            handle(*held[0])
+    if len(held) == 1:
+        handle(*held[0])
 
 
 def die_with_parent(sig: int = signal.SIGTERM) -> None:

@@ -229,7 +229,7 @@ class LearnerProcesses(DDPStrategy):
         why = "it has none"
         if path.is_file():
             try:
-                own = self.checkpoint_io.load_checkpoint(path)
+                own = self.checkpoint_io.load_checkpoint(path, weights_only=True)
                 if own.get("global_step") == checkpoint.get("global_step") and own.get("optimizer_states"):
                     checkpoint["optimizer_states"] = own["optimizer_states"]
                     return

@@ -56,8 +56,9 @@ class FinalCheckpoint(Callback):
         """Lightning calls no teardown hook of the module when training raises, so the learner's end
         (communicator's learner_end, env workers and actors closed) happens here, for every error.
 
-        The checkpoint is written with no collective, by rank 0 (and by each independent learner,
-        into its own folder): the other learners may be stuck in one (an all-reduce rank 0 has
+        The checkpoint is written with no collective, by rank 0 (and by each independent learner
+        into its own folder; with ``own_optimizer_state``, by each synchronous learner r > 0 its
+        optimizer state, where it lives to write it): the other learners may be stuck in one (an all-reduce rank 0 has
         left), and ``trainer.save_checkpoint``'s barrier would wait for them."""
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 

@@ -42,3 +42,39 @@ def test_the_installed_handler_gets_the_held_interrupt_and_no_interrupt_means_no
         assert calls == [signal.SIGINT]
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_the_blocks_own_error_goes_on_and_the_handler_is_put_back():
+    with pytest.raises(ValueError, match="lost its peers"):
+        with interrupts_deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            raise ValueError("lost its peers")
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_nested_blocks_act_as_one():
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts_deferred():
+            with interrupts_deferred():
+                os.kill(os.getpid(), signal.SIGINT)
+                done.append("inner")
+            done.append("outer")
+    assert done == ["inner", "outer"]
+    with pytest.raises(KeyboardInterrupt):  # and two Ctrl-Cs still act at once
+        with interrupts_deferred():
+            with interrupts_deferred():
+                os.kill(os.getpid(), signal.SIGINT)
+                os.kill(os.getpid(), signal.SIGINT)
+                done.append("not reached")
+    assert done == ["inner", "outer"]
+
+
+def test_an_ignored_sigint_stays_ignored():
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with interrupts_deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
