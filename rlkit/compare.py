@@ -5,6 +5,7 @@ to a target score and agent steps/s; learning curves with CI bands (PNG); the ta
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import re
@@ -170,8 +171,8 @@ def plot_curves(groups: dict[str, dict[str, list[RunRecord]]], output: Path) -> 
 
 
 def compare(paths: list[str], target: float | None = None, out_dir: str | None = None) -> tuple[str, Path, Path]:
-    """(Markdown, its file, the PNG). By default both go into the sweep folder given first, or the
-    current folder."""
+    """(Markdown, its file, the PNG); ``runs.csv`` and ``curves.csv`` are written beside them. By
+    default all go into the sweep folder given first, or the current folder."""
     groups = group_runs([load_run(r) for r in find_runs(paths)])
     first = Path(paths[0])
     where = Path(out_dir) if out_dir else (first if (first / SWEEP_FILE).is_file() else Path("."))
@@ -179,4 +180,32 @@ def compare(paths: list[str], target: float | None = None, out_dir: str | None =
     where.mkdir(parents=True, exist_ok=True)
     table = where / "compare.md"
     table.write_text(text)
+    write_csvs(groups, where)
     return text, table, plot_curves(groups, where / "curves.png")
+
+
+def _run_name(r: RunRecord) -> str:
+    return r.run_dir.name
+
+
+def write_csvs(groups: dict[str, dict[str, list[RunRecord]]], where: Path) -> tuple[Path, Path]:
+    """``runs.csv`` (one row per run: its final score and speed, the numbers behind the table) and
+    ``curves.csv`` (every run's logged score against agent steps, the numbers behind the plot)."""
+    runs_csv, curves_csv = where / "runs.csv", where / "curves.csv"
+    with runs_csv.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["env", "recipe", "communicator", "run", "finished", "final_score", "agent_steps_per_s"])
+        for env, by_label in groups.items():
+            for label, runs in by_label.items():
+                for r in runs:
+                    w.writerow([env, label, r.communicator, _run_name(r), int(r.finished),
+                                "" if r.final is None else f"{r.final:.6g}", "" if r.sps is None else f"{r.sps:.6g}"])
+    with curves_csv.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["env", "recipe", "run", "agent_steps", "score_mean"])
+        for env, by_label in groups.items():
+            for label, runs in by_label.items():
+                for r in runs:
+                    for steps, score in r.curve:
+                        w.writerow([env, label, _run_name(r), int(steps), f"{score:.6g}"])
+    return runs_csv, curves_csv

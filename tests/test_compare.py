@@ -48,6 +48,18 @@ def test_table_per_env_and_recipe(sweep):
     assert local[6] == "not reached (2/4)" and local[7] == "250 |"
     assert gossip[3] == "5.00 [5.00, 5.00]" and gossip[6] == "2,000 (4/4)"
     assert "## Toy-v0" in text and table.read_text() == text
+    # the numbers behind the table and the plot
+    import csv
+    runs = list(csv.DictReader((sweep / "runs.csv").open()))
+    assert len(runs) == 8 and {r["run"] for r in runs} == {f"seed{k}" for k in range(4)}
+    finals = sorted(float(r["final_score"]) for r in runs if r["recipe"] == "a2c-x-local")
+    assert finals == [1.0, 2.0, 3.0, 10.0]
+    assert sorted(float(r["agent_steps_per_s"]) for r in runs if r["recipe"] == "a2c-x-local") == [100.0, 200.0, 300.0, 400.0]
+    curves = list(csv.DictReader((sweep / "curves.csv").open()))
+    assert len(curves) == 8 * 3
+    seed3 = [(int(r["agent_steps"]), float(r["score_mean"])) for r in curves
+             if r["recipe"] == "a2c-x-local" and r["run"] == "seed3"]
+    assert seed3 == [(1000, 0.0), (2000, 5.0), (3000, 10.0)]
     # to 1.5: at 3000 (final 2), 2000 (final 3: 1.5 at 2000), 2000 (final 10) and never: median 2500
     text, _, _ = compare([str(sweep)], target=1.5)
     assert "| a2c-x-local | local | 4 | 2.50 [" in text and "| 2,500 (3/4) | 250 |" in text
