@@ -15,7 +15,7 @@ from rlkit_gossip.simulate import initial, run_learners
 TRANSPORTS = pytest.mark.parametrize("transport", ["shm", "dist"])
 
 
-@TRANSPORTS
+@pytest.mark.parametrize("transport", ["shm", pytest.param("dist", marks=pytest.mark.slow)])
 def test_lock_step_is_deterministic_and_equals_the_mixing_matrix(tmp_path, transport):
     s = GossipSettings(graph="ring", mixing="uniform", sync_freq=0, peer_timeout_s=30)
     ages = {}

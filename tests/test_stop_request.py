@@ -66,6 +66,7 @@ def run_stopper(site, tmp_path, topology: str):  # noqa: F811
     return json.loads((run_dir / "result.json").read_text()), last
 
 
+@pytest.mark.slow
 def test_synchronous_learners_all_stop_after_the_update_one_asked_at(site, tmp_path):  # noqa: F811
     result, last = run_stopper(site, tmp_path, "synchronous")
     assert result["updates"] == 5

@@ -326,6 +326,7 @@ def install_dump_plugin(tmp_path: Path) -> Path:
     return site
 
 
+@pytest.mark.slow
 def test_two_learners_train_apart_and_end_on_one_model(tmp_path):
     site = install_dump_plugin(tmp_path)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])),
