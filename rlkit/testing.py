@@ -13,6 +13,26 @@ from typing import Any
 from rlkit.plugin import hookimpl
 from rlkit.processes import child_pids, processes_of_run, snapshot_tree, start_time, still_alive  # noqa: F401  (re-exported)
 
+def plugin_env(directory: Path, module: str, source: str, **env: str) -> dict[str, str]:
+    """The environment of a CLI run in which ``source`` is an installed rlkit plugin: it is written
+    as ``<module>.py`` with a ``*.dist-info`` carrying its ``[rlkit]`` entry point into
+    ``directory/site``, which goes first on PYTHONPATH, so every learner process finds it the way it
+    finds a pip-installed plugin. ``env`` adds variables (e.g. where the plugin writes)."""
+    import os
+    import textwrap
+
+    site = Path(directory) / "site"
+    site.mkdir(parents=True, exist_ok=True)
+    (site / f"{module}.py").write_text(textwrap.dedent(source))
+    dist = module.replace("_", "-")
+    info = site / f"{module}-0.0.1.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.0.1\n")
+    (info / "entry_points.txt").write_text(f"[rlkit]\n{dist} = {module}\n")
+    path = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
+    return dict(os.environ, PYTHONPATH=path, **env)
+
+
 QUICK_RECIPE = "a2c-cartpole-local"
 
 

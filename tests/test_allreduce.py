@@ -3,12 +3,11 @@
 import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
 import torch
 
-from rlkit.testing import torchrun_nodes
+from rlkit.testing import plugin_env, torchrun_nodes
 
 TWO = ("placement.learners=2", "trainer.devices=2", "env.num_envs=4")
 
@@ -65,15 +64,8 @@ def rlkit_after_optimizer_step(run, module, update):
 def _dump_env(tmp_path, at: int) -> dict:
     """The environment of a run whose learners (found through the plugin's entry point) save their
     parameters at the start and after update ``at`` under tmp_path."""
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "rlkit_test_dump.py").write_text(textwrap.dedent(DUMP_PLUGIN))
-    info = site / "rlkit_test_dump-0.0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rlkit-test-dump\nVersion: 0.0.1\n")
-    (info / "entry_points.txt").write_text("[rlkit]\ntest-dump = rlkit_test_dump\n")
-    return dict(os.environ, PYTHONPATH=f"{site}:{os.environ.get('PYTHONPATH', '')}", RLKIT_TEST_DUMP=str(tmp_path),
-                RLKIT_TEST_DUMP_AT=str(at), WANDB_MODE="offline")
+    return plugin_env(tmp_path, "rlkit_test_dump", DUMP_PLUGIN, RLKIT_TEST_DUMP=str(tmp_path),
+                      RLKIT_TEST_DUMP_AT=str(at), WANDB_MODE="offline")
 
 
 def _load_dumps(tmp_path) -> tuple[dict, dict, dict, dict]:

@@ -4,15 +4,13 @@ learner starts training from exactly those, not from learner 0's (Lightning rest
 before the strategy's set-up, so a broadcast there would overwrite every learner with rank 0's)."""
 
 import json
-import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
 import torch
 
-from rlkit.testing import processes_of_run
+from rlkit.testing import plugin_env, processes_of_run
 
 # An rlkit plugin found through its entry point in every learner process: it saves the learner's
 # model parameters as they are when training (re)starts, after the checkpoint has been restored.
@@ -29,17 +27,6 @@ def rlkit_learner_start(run, module):
 BASE = ["trainer.progress_bar=false", "logging.backends=[csv]", "algo.stop_at_score=null",
         "checkpoint.every_steps=1000000"]
 STEPS_PER_UPDATE = 4 * 2 * 5  # summed over learners: 4 learners x 2 envs x 5 steps
-
-
-def _dump_site(tmp_path):
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "rlkit_test_start_dump.py").write_text(textwrap.dedent(DUMP_PLUGIN))
-    info = site / "rlkit_test_start_dump-0.0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rlkit-test-start-dump\nVersion: 0.0.1\n")
-    (info / "entry_points.txt").write_text("[rlkit]\ntest-start-dump = rlkit_test_start_dump\n")
-    return site
 
 
 @pytest.mark.slow
@@ -62,8 +49,7 @@ def test_gossip_learners_resume_their_own_parameters_not_learner_0s(tmp_path):
 
     dumps = tmp_path / "dumps"
     dumps.mkdir()
-    site = _dump_site(tmp_path)
-    env = dict(os.environ, PYTHONPATH=f"{site}:{os.environ.get('PYTHONPATH', '')}", RLKIT_TEST_DUMP=str(dumps))
+    env = plugin_env(tmp_path, "rlkit_test_start_dump", DUMP_PLUGIN, RLKIT_TEST_DUMP=str(dumps))
     second = subprocess.run([sys.executable, "-m", "rlkit.cli", "resume", str(run_dir),
                              f"algo.total_steps={160 * STEPS_PER_UPDATE}"], capture_output=True, text=True, timeout=300, env=env)
     assert second.returncode == 0, second.stderr[-3000:]

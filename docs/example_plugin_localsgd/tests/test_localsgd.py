@@ -7,11 +7,9 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
 import socket
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -21,7 +19,7 @@ import yaml
 import rlkit_localsgd
 import rlkit_localsgd.communicator as communicator
 from rlkit.api import LearnerLayout, RunFailed, Topology, UserError
-from rlkit.testing import configure_run
+from rlkit.testing import configure_run, plugin_env
 from rlkit_localsgd import LocalSGDConfig
 from rlkit_localsgd.communicator import (LocalSGDCommunicator, average_, average_parameters, distance, flatten,
                                          unflatten_into)
@@ -315,22 +313,10 @@ def rlkit_train_end(run, module):
 '''
 
 
-def install_dump_plugin(tmp_path: Path) -> Path:
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "localsgd_test_dump.py").write_text(textwrap.dedent(DUMP_PLUGIN))
-    info = site / "localsgd_test_dump-0.0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: localsgd-test-dump\nVersion: 0.0.1\n")
-    (info / "entry_points.txt").write_text("[rlkit]\nlocalsgd-test-dump = localsgd_test_dump\n")
-    return site
-
-
 @pytest.mark.slow
 def test_two_learners_train_apart_and_end_on_one_model(tmp_path):
-    site = install_dump_plugin(tmp_path)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])),
-               LOCALSGD_TEST_DUMP=str(tmp_path), WANDB_MODE="offline")
+    env = plugin_env(tmp_path, "localsgd_test_dump", DUMP_PLUGIN, LOCALSGD_TEST_DUMP=str(tmp_path),
+                     WANDB_MODE="offline")
     k = 3
     out = subprocess.run([sys.executable, "-m", "rlkit.cli", "run", str(RECIPE_PATH), "algo.total_steps=4000",
                           f"communication.options.k={k}", "trainer.progress_bar=false", "logging.backends=[csv]",

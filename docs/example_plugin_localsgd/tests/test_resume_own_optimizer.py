@@ -5,14 +5,14 @@ from learner 0's. A real run of two learner processes, then a resume."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import torch
+
+testing = pytest.importorskip("rlkit.testing")
 
 pytestmark = pytest.mark.slow
 
@@ -30,17 +30,6 @@ def rlkit_learner_start(run, module):
     path = os.path.join(os.environ["RLKIT_TEST_DUMP"], f"optim-rank{module.global_rank}.pt")
     torch.save(module.trainer.optimizers[0].state_dict(), path)
 '''
-
-
-def _dump_site(tmp_path: Path) -> Path:
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "rlkit_test_optim_dump.py").write_text(textwrap.dedent(DUMP_PLUGIN))
-    info = site / "rlkit_test_optim_dump-0.0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rlkit-test-optim-dump\nVersion: 0.0.1\n")
-    (info / "entry_points.txt").write_text("[rlkit]\ntest-optim-dump = rlkit_test_optim_dump\n")
-    return site
 
 
 def _square_avgs(optimizer_state: dict) -> list[torch.Tensor]:
@@ -69,8 +58,7 @@ def test_each_learner_resumes_its_own_optimizer_state(tmp_path):
 
     dumps = tmp_path / "dumps"
     dumps.mkdir()
-    site = _dump_site(tmp_path)
-    env = dict(os.environ, PYTHONPATH=f"{site}:{os.environ.get('PYTHONPATH', '')}", RLKIT_TEST_DUMP=str(dumps))
+    env = testing.plugin_env(tmp_path, "rlkit_test_optim_dump", DUMP_PLUGIN, RLKIT_TEST_DUMP=str(dumps))
     second = _rlkit(tmp_path, "resume", str(run_dir), f"algo.total_steps={70 * STEPS_PER_UPDATE}", env=env)
     assert second.returncode == 0, second.stderr[-3000:]
     for rank in (0, 1):
