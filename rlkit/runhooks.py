@@ -39,9 +39,12 @@ class RunHooks:
         return self.strategy
 
     def wait_for_learners(self) -> None:
-        """The launching process of independent learners waits a bounded time
-        (``LearnerLayout.child_grace_s``) for the learners it started, and kills any left."""
-        if self.layout.topology is not Topology.INDEPENDENT or not self.run.launcher or self.strategy is None:
+        """The launching process of independent learners, and of synchronous ones a signal stopped,
+        waits a bounded time (``LearnerLayout.child_grace_s``) for the learners it started, and kills
+        any left."""
+        if not self.run.launcher or self.strategy is None or not hasattr(self.strategy, "wait_for_children"):
+            return
+        if self.layout.topology is not Topology.INDEPENDENT and not self.strategy.stopping:
             return
         for rank, code in self.strategy.wait_for_children():
             if code is None:

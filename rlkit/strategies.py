@@ -3,7 +3,9 @@ ranks, process group) without the DDP wrapper, so the communicator owns every ex
 
 * :class:`LearnerProcesses` (``independent=False``): rank 0's parameters are broadcast once and
   Lightning's own collectives (barrier, broadcast, boolean decisions) stay collective. Synchronous
-  protocols (allreduce) use it.
+  protocols (allreduce) use it. A Ctrl-C or SIGTERM that reaches any learner stops every learner at
+  the start of the same update (:meth:`LearnerProcesses._agree_on_stop`), so each writes its part
+  of ``interrupted.ckpt`` at one update, and the launching process waits for them to finish.
 * ``independent=True``: learners that never wait for each other (gossip). Lightning's collectives
   become local: a barrier returns at once, a broadcast returns the caller's own object, and an
   "any learner" decision (``stop_at_score``) is shared through the process group's key-value store
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -29,6 +32,7 @@ from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
+from lightning.fabric.strategies.launchers.subprocess_script import _ChildProcessObserver
 from lightning.pytorch.strategies import DDPStrategy
 from lightning.pytorch.strategies.launchers.subprocess_script import (_SubprocessScriptLauncher,
                                                                        _set_num_threads_if_needed)
@@ -56,6 +60,7 @@ class LearnerProcesses(DDPStrategy):
         self.child_grace_s = child_grace_s
         self._last_poll = 0.0
         self._stop_seen = False
+        self._sigint_seen = False  # synchronous: a Ctrl-C this learner got, acted on at the next update
 
     # -- placement ----------------------------------------------------------------------------
 
@@ -73,9 +78,10 @@ class LearnerProcesses(DDPStrategy):
     # -- launch ---------------------------------------------------------------------------------
 
     def _configure_launcher(self) -> None:
-        if self.independent and self._start_method == "popen":
-            self._launcher = _IndependentLauncher(self.cluster_environment, self.num_processes, self.num_nodes,
-                                                  grace_s=getattr(self, "child_grace_s", 60.0))
+        if self._start_method == "popen":
+            kind = _IndependentLauncher if self.independent else _SynchronousLauncher
+            self._launcher = kind(self.cluster_environment, self.num_processes, self.num_nodes,
+                                  grace_s=getattr(self, "child_grace_s", 60.0))
         else:
             super()._configure_launcher()
 
@@ -114,6 +120,50 @@ class LearnerProcesses(DDPStrategy):
 
                 signal.signal(signal.SIGINT, on_sigint)
                 self._on_sigint, self._sigint_trainer = on_sigint, trainer
+        elif self.world_size > 1 and hasattr(loop, "_broadcast_sigterm_tensor"):
+            self._setup_synchronous_stop(trainer, loop)
+
+    def _setup_synchronous_stop(self, trainer, loop) -> None:
+        """Synchronous learners stop together. Lightning broadcasts rank 0's SIGTERM flag before each
+        step (and from inside its SIGTERM handler, a collective the other learners are not in), and a
+        Ctrl-C raises wherever each learner happens to be: learners then write their checkpoints at
+        different updates, or wait in an all-reduce one of them has left. Here a signal only notes
+        itself; before each step the learners all-reduce what they noted (:meth:`_agree_on_stop`)
+        and all raise at the same update. A second Ctrl-C to a learner raises at once."""
+        connector = trainer._signal_connector
+        connector._sigterm_notifier_fn = lambda signum, frame: setattr(connector, "received_sigterm", True)
+        loop._broadcast_sigterm_tensor = lambda: self._agree_on_stop(trainer)
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+            def on_sigint(signum, frame) -> None:
+                if self._sigint_seen:
+                    signal.default_int_handler(signum, frame)
+                self._sigint_seen = True
+
+            signal.signal(signal.SIGINT, on_sigint)
+            self._on_sigint, self._sigint_trainer = on_sigint, trainer
+
+    def _agree_on_stop(self, trainer) -> None:
+        """Before each step of a synchronous run: 2 if any learner got a Ctrl-C, else 1 if any got a
+        SIGTERM; every learner raises the same exception at the same update."""
+        from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+        mine = 2 if self._sigint_seen else 1 if trainer._signal_connector.received_sigterm else 0
+        flag = torch.tensor([mine], device=self.root_device)
+        try:
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        except Exception:  # a learner left: the step's own collective reports it (as Lightning does)
+            return
+        code = int(flag.item())
+        if code == 0:
+            return
+        if isinstance(self._launcher, _SynchronousLauncher):
+            self._launcher.stopping = True  # the children's exits are the stop, not a failure
+        if code == 2:
+            self._sigint_seen = True
+            raise KeyboardInterrupt
+        trainer._signal_connector.received_sigterm = True
+        raise SIGTERMException()
 
     def teardown(self) -> None:
         """Puts SIGINT back as it was before :meth:`setup`. Lightning's signal connector saw
@@ -261,6 +311,11 @@ class LearnerProcesses(DDPStrategy):
                 out[rank] = json.loads(store.get(key))
         return out
 
+    @property
+    def stopping(self) -> bool:
+        """Launching process: the run is being stopped by a signal (its learners are leaving)."""
+        return bool(getattr(self._launcher, "stopping", False))
+
     def launched(self) -> list[subprocess.Popen]:
         """Launching process: the learner processes it started (ranks 1.. on this node); else []."""
         return list(getattr(self._launcher, "procs", []) or [])
@@ -313,14 +368,13 @@ def _signal_live(procs: list[subprocess.Popen], sig: int) -> None:
                 pass
 
 
-class _IndependentLauncher(_SubprocessScriptLauncher):
-    """Lightning's launcher kills every process when one child dies; independent learners must
-    outlive a dead peer, so the children are watched by :class:`_ChildReporter` instead.
-
-    After a Ctrl-C, Lightning SIGKILLs the children as soon as the launching process is done with
-    its own shutdown. Independent learners are each writing their own ``interrupted.ckpt`` then,
-    so :meth:`kill` first sends each live one SIGTERM (in case the stop did not reach it; a second
-    one changes nothing), gives them ``grace_s`` to finish, and names any it then has to kill."""
+class _SynchronousLauncher(_SubprocessScriptLauncher):
+    """Lightning's launcher, except at a stop. After a Ctrl-C Lightning SIGKILLs the children as
+    soon as the launching process is done with its own shutdown, and its observer kills every
+    process when a child exits with an error code, as a learner leaving after a Ctrl-C does. The
+    learners are each writing their part of ``interrupted.ckpt`` then, so once the run is stopping
+    the observer stands aside and :meth:`kill` gives the children ``grace_s`` to finish, naming any
+    it then has to kill."""
 
     def __init__(self, *args: Any, grace_s: float = 60.0, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -329,7 +383,6 @@ class _IndependentLauncher(_SubprocessScriptLauncher):
 
     def kill(self, signum: Any) -> None:
         self.stopping = True
-        _signal_live(self.procs, signal.SIGTERM)  # in case the stop never reached them (harmless if it did)
         deadline = time.monotonic() + self.grace_s
         for rank, proc in enumerate(self.procs, start=1):
             try:
@@ -343,15 +396,46 @@ class _IndependentLauncher(_SubprocessScriptLauncher):
         self.cluster_environment.validate_settings(num_devices=self.num_processes, num_nodes=self.num_nodes)
         if not self.cluster_environment.creates_processes_externally:
             self._call_children_scripts()
-            _ChildReporter(self).start()
+            self._watch_children()
         _set_num_threads_if_needed(num_processes=self.num_processes)
         return function(*args, **kwargs)
+
+    def _watch_children(self) -> None:
+        _StopAwareObserver(self).start()
+
+
+class _StopAwareObserver(_ChildProcessObserver):
+    """Lightning's observer (a learner that dies takes the run down), idle while the run stops."""
+
+    def __init__(self, launcher: _SynchronousLauncher):
+        super().__init__(main_pid=os.getpid(), child_processes=launcher.procs)
+        self.launcher = launcher
+
+    def _run(self) -> bool:
+        if self.launcher.stopping:
+            return True
+        return super()._run()
+
+
+class _IndependentLauncher(_SynchronousLauncher):
+    """Lightning's launcher kills every process when one child dies; independent learners must
+    outlive a dead peer, so the children are watched by :class:`_ChildReporter` instead. At a stop,
+    :meth:`kill` first sends each live learner SIGTERM (in case the stop did not reach it; a second
+    one changes nothing), then waits as the synchronous launcher does."""
+
+    def kill(self, signum: Any) -> None:
+        self.stopping = True
+        _signal_live(self.procs, signal.SIGTERM)  # in case the stop never reached them (harmless if it did)
+        super().kill(signum)
+
+    def _watch_children(self) -> None:
+        _ChildReporter(self).start()
 
 
 class _ChildReporter(threading.Thread):
     """Says which launched learner died, and how, unless the run is being stopped by a signal."""
 
-    def __init__(self, launcher: _IndependentLauncher, period_s: float = 1.0):
+    def __init__(self, launcher: _SynchronousLauncher, period_s: float = 1.0):
         super().__init__(daemon=True, name="rlkit-child-reporter")
         self.launcher, self.procs, self.period_s = launcher, launcher.procs, period_s
 

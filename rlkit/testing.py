@@ -262,7 +262,9 @@ class CommunicatorConformance:
 
     * ``recipe`` / ``overrides``: a short CPU run of the communicator (CartPole by default).
     * ``learners``: learner processes the run has; ``independent_checkpoints``: learner r > 0
-      writes its own ``checkpoints/learner<r>/`` (the independent topology).
+      writes its own ``checkpoints/learner<r>/`` (the independent topology);
+      ``own_optimizer_state``: synchronous learner r > 0 writes its optimizer state there
+      (``LearnerLayout.own_optimizer_state``), at the same update as learner 0's checkpoint.
     * ``in_process``: False for communicators that launch learner processes (Lightning re-runs
       the CLI there), which the in-process run test cannot host.
     * ``learner_killed``: what SIGKILL of a launched learner does: ``"fails"`` (one line naming
@@ -279,6 +281,7 @@ class CommunicatorConformance:
     in_process: bool = True
     learners: int = 1
     independent_checkpoints: bool = False
+    own_optimizer_state: bool = False
     learner_killed: str | None = None
     kill_overrides: tuple[str, ...] = ()  # e.g. a shorter peer timeout for the kill test
     env: dict = {}
@@ -385,6 +388,12 @@ class CommunicatorConformance:
         if self.independent_checkpoints:
             ckpts += [run_dir / "checkpoints" / f"learner{r}" / "interrupted.ckpt" for r in range(1, self.learners)]
         states = [assert_checkpoint_of_a_trained_learner(path, r) for r, path in enumerate(ckpts)]
+        if self.own_optimizer_state:  # every learner stopped at learner 0's update and wrote its part
+            import torch
+
+            for r in range(1, self.learners):
+                own = torch.load(run_dir / "checkpoints" / f"learner{r}" / "interrupted.ckpt", weights_only=True)
+                assert own["global_step"] == states[0]["global_step"] and own["optimizer_states"], (r, own["global_step"])
         assert_no_leak(run.tree, run_dir)
 
         done = max(s["rlkit"]["agent_steps"] for s in states) * self.learners

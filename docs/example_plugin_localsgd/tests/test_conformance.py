@@ -24,6 +24,7 @@ class TestLocalSGDConformance(testing.CommunicatorConformance):
     in_process = False  # Lightning launches the learner processes by re-running the CLI
     # (read by the newer conformance suite; harmless to an older one)
     learners = 2
+    own_optimizer_state = True  # each learner's RMSprop state is its own (LearnerLayout.own_optimizer_state)
     learner_killed = "fails"  # a synchronous protocol cannot go on without a peer
     kill_overrides = ("communication.options.timeout_s=30",)
 

@@ -66,3 +66,31 @@ def test_each_learner_resumes_its_own_optimizer_state(tmp_path):
         assert len(start) == len(saved[rank])
         for got, want in zip(start, saved[rank]):
             assert torch.equal(got, want), f"learner {rank} did not resume its own optimizer state"
+
+
+def test_terminal_ctrl_c_stops_both_learners_at_one_update_and_each_writes_its_part(tmp_path):
+    """A terminal's Ctrl-C reaches every process of the foreground group at slightly different
+    moments. The synchronous learners agree on it before the next update, so learner 1's optimizer
+    state is written at learner 0's update (not lost to Lightning's SIGKILL, not one update off)."""
+    import os
+    import signal
+
+    run_dir = tmp_path / "c"
+    proc = subprocess.Popen([sys.executable, "-m", "rlkit.cli", "run", str(RECIPE), "trainer.progress_bar=false",
+                             "logging.backends=[csv]", f"logging.root={tmp_path}", "logging.run_name=c",
+                             "algo.stop_at_score=null", "communication.options.backend=gloo"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, cwd=tmp_path)
+    try:
+        testing.wait_for_log_rows(run_dir, 5)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 1, err[-3000:]
+    assert "killed" not in err and "exited with code" not in err, err[-3000:]
+    ckpts = run_dir / "checkpoints"
+    main = torch.load(ckpts / "interrupted.ckpt", map_location="cpu", weights_only=False)
+    own = torch.load(ckpts / "learner1" / "interrupted.ckpt", map_location="cpu", weights_only=True)
+    assert main["global_step"] > 0 and own["global_step"] == main["global_step"], (main["global_step"], own["global_step"])
+    assert own["optimizer_states"]
