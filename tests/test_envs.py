@@ -21,21 +21,6 @@ def test_atari_observations_stay_uint8_and_are_preprocessed():
     assert obs.shape == (2, 4, 84, 84) and obs.dtype == np.uint8
 
 
-def test_episodic_life_ends_learning_episodes_per_life_but_scores_per_game():
-    cfg = load_recipe("a2c-pong-local", ["env.id=ALE/Breakout-v5", "env.num_envs=2", "env.atari.episodic_life=true"])
-    torch.manual_seed(0)
-    source = LocalRollout(cfg, ActorCritic(*env_spaces(cfg.env), cfg.model), torch.device("cpu"), seed=0)
-    life_ends, games = 0, 0
-    for _ in range(300):
-        batch = source.collect()
-        life_ends += int(batch.dones.sum())
-        games += len(batch.scores)
-    source.close()
-    assert games >= 5
-    # Breakout has 5 lives: every finished game contributed 5 learning episodes
-    assert 5 * games <= life_ends <= 5 * (games + 2)
-
-
 def test_truncation_is_bootstrapped_not_treated_as_terminal():
     cfg = load_recipe("a2c-cartpole-local", ["env.num_envs=1", "env.kwargs.max_episode_steps=3"])
     model = ActorCritic(*env_spaces(cfg.env), cfg.model)

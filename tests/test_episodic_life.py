@@ -49,7 +49,8 @@ def test_reported_scores_are_whole_games_with_episodic_life():
     assert len(game_scores) >= 4
     assert (life_scores, life_lengths) == (game_scores, game_lengths)
     assert game_dones == len(game_scores)  # without episodic life a done is a game over
-    assert life_dones >= 5 * len(game_scores)  # Breakout: 5 lives per game, each ends a learning episode
+    # Breakout: 5 lives per game, each ends a learning episode; the 2 games still going have lost at most 4 each
+    assert 5 * len(game_scores) <= life_dones <= 5 * len(game_scores) + 2 * 4
 
 
 def test_evaluate_plays_whole_games_from_an_episodic_life_checkpoint(tmp_path):
