@@ -132,8 +132,9 @@ def interrupts_deferred() -> Iterator[None]:
 
     def hold(signum, frame):
         held.append((signum, frame))
-        if len(held) > 1:  # a second Ctrl-C (the block hangs): handled now, as without the block
+        if len(held) > 1:  # a second Ctrl-C (the block hangs): both handled now, as without the block
             signal.signal(signal.SIGINT, previous)
+            handle(*held[0])  # a handler that only notes the first Ctrl-C sees two, as it would have
             handle(signum, frame)
 
     hold._rlkit_hold = True  # type: ignore[attr-defined]

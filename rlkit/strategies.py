@@ -61,6 +61,7 @@ class LearnerProcesses(DDPStrategy):
         self._last_poll = 0.0
         self._stop_seen = False
         self._sigint_seen = False  # synchronous: a Ctrl-C this learner got, acted on at the next update
+        self._sigterm_seen = False  # synchronous: likewise a SIGTERM
 
     # -- placement ----------------------------------------------------------------------------
 
@@ -130,8 +131,9 @@ class LearnerProcesses(DDPStrategy):
         different updates, or wait in an all-reduce one of them has left. Here a signal only notes
         itself; before each step the learners all-reduce what they noted (:meth:`_agree_on_stop`)
         and all raise at the same update. A second Ctrl-C to a learner raises at once."""
-        connector = trainer._signal_connector
-        connector._sigterm_notifier_fn = lambda signum, frame: setattr(connector, "received_sigterm", True)
+        # Lightning raises on its own wherever it reads ``received_sigterm`` (after each step, at an
+        # epoch's end): the noted SIGTERM stays here until the learners have agreed on it
+        trainer._signal_connector._sigterm_notifier_fn = lambda signum, frame: setattr(self, "_sigterm_seen", True)
         loop._broadcast_sigterm_tensor = lambda: self._agree_on_stop(trainer)
         if (threading.current_thread() is threading.main_thread()
                 and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
@@ -139,6 +141,8 @@ class LearnerProcesses(DDPStrategy):
                 if self._sigint_seen:
                     signal.default_int_handler(signum, frame)
                 self._sigint_seen = True
+                if self.global_rank == 0:
+                    os.write(2, b"rlkit: Ctrl-C: every learner stops at the next update (Ctrl-C again to stop at once)\n")
 
             signal.signal(signal.SIGINT, on_sigint)
             self._on_sigint, self._sigint_trainer = on_sigint, trainer
@@ -148,7 +152,7 @@ class LearnerProcesses(DDPStrategy):
         SIGTERM; every learner raises the same exception at the same update."""
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-        mine = 2 if self._sigint_seen else 1 if trainer._signal_connector.received_sigterm else 0
+        mine = 2 if self._sigint_seen else 1 if self._sigterm_seen else 0
         flag = torch.tensor([mine], device=self.root_device)
         try:
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
@@ -374,7 +378,8 @@ class _SynchronousLauncher(_SubprocessScriptLauncher):
     process when a child exits with an error code, as a learner leaving after a Ctrl-C does. The
     learners are each writing their part of ``interrupted.ckpt`` then, so once the run is stopping
     the observer stands aside and :meth:`kill` gives the children ``grace_s`` to finish, naming any
-    it then has to kill."""
+    it then has to kill. A stop the learners did not agree on (a second Ctrl-C, a Ctrl-C before
+    training) is Lightning's: the children may be waiting in a collective learner 0 has left."""
 
     def __init__(self, *args: Any, grace_s: float = 60.0, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -382,7 +387,10 @@ class _SynchronousLauncher(_SubprocessScriptLauncher):
         self.stopping = False  # set once the run is being stopped by a signal
 
     def kill(self, signum: Any) -> None:
-        self.stopping = True
+        agreed, self.stopping = self.stopping, True
+        if not agreed:  # not a stop the learners agreed on (a second Ctrl-C, one during set-up): they
+            super().kill(signum)  # may wait in a collective learner 0 has left; no grace then
+            return
         deadline = time.monotonic() + self.grace_s
         for rank, proc in enumerate(self.procs, start=1):
             try:

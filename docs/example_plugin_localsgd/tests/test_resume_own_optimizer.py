@@ -68,10 +68,12 @@ def test_each_learner_resumes_its_own_optimizer_state(tmp_path):
             assert torch.equal(got, want), f"learner {rank} did not resume its own optimizer state"
 
 
-def test_terminal_ctrl_c_stops_both_learners_at_one_update_and_each_writes_its_part(tmp_path):
+@pytest.mark.parametrize("how", ["ctrl-c to every process", "sigterm to the launching process"])
+def test_a_stop_reaches_both_learners_at_one_update_and_each_writes_its_part(tmp_path, how):
     """A terminal's Ctrl-C reaches every process of the foreground group at slightly different
-    moments. The synchronous learners agree on it before the next update, so learner 1's optimizer
-    state is written at learner 0's update (not lost to Lightning's SIGKILL, not one update off)."""
+    moments; a scheduler's SIGTERM may reach only the process it started. Either way the
+    synchronous learners agree on the stop before the next update, so learner 1's optimizer state
+    is written at learner 0's update (not lost to Lightning's SIGKILL, not one update off)."""
     import os
     import signal
 
@@ -82,7 +84,10 @@ def test_terminal_ctrl_c_stops_both_learners_at_one_update_and_each_writes_its_p
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, cwd=tmp_path)
     try:
         testing.wait_for_log_rows(run_dir, 5)
-        os.killpg(proc.pid, signal.SIGINT)
+        if how.startswith("ctrl-c"):
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
