@@ -62,7 +62,7 @@ def main() -> None:
         ax.set_xlabel(xlabel)
         ax.set_ylabel("mean raw score, last 10-20 episodes")
         ax.grid(alpha=0.3)
-    by_steps.legend(fontsize=8)
+    by_steps.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(args.output, dpi=80)
 
