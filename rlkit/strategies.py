@@ -113,14 +113,11 @@ class LearnerProcesses(DDPStrategy):
             connector._sigterm_notifier_fn = on_sigterm
             # a Ctrl-C that reached only the launching process (kill -INT) goes on to the learners
             # it started as SIGTERM, before its own shutdown waits for them to leave the graph
-            if (threading.current_thread() is threading.main_thread()
-                    and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
-                def on_sigint(signum, frame) -> None:
-                    self.stop_children(signal.SIGTERM)
-                    signal.default_int_handler(signum, frame)  # KeyboardInterrupt, as before
+            def on_sigint(signum, frame) -> None:
+                self.stop_children(signal.SIGTERM)
+                signal.default_int_handler(signum, frame)  # KeyboardInterrupt, as before
 
-                signal.signal(signal.SIGINT, on_sigint)
-                self._on_sigint, self._sigint_trainer = on_sigint, trainer
+            self._take_sigint(trainer, on_sigint)
         elif self.world_size > 1 and hasattr(loop, "_broadcast_sigterm_tensor"):
             self._setup_synchronous_stop(trainer, loop)
 
@@ -135,15 +132,21 @@ class LearnerProcesses(DDPStrategy):
         # epoch's end): the noted SIGTERM stays here until the learners have agreed on it
         trainer._signal_connector._sigterm_notifier_fn = lambda signum, frame: setattr(self, "_sigterm_seen", True)
         loop._broadcast_sigterm_tensor = lambda: self._agree_on_stop(trainer)
+
+        def on_sigint(signum, frame) -> None:
+            if self._sigint_seen:
+                signal.default_int_handler(signum, frame)
+            self._sigint_seen = True
+            if self.global_rank == 0:
+                os.write(2, b"rlkit: Ctrl-C: every learner stops at the next update (Ctrl-C again to stop at once)\n")
+
+        self._take_sigint(trainer, on_sigint)
+
+    def _take_sigint(self, trainer, on_sigint) -> None:
+        """Makes ``on_sigint`` SIGINT's handler where the main thread still has Python's default
+        (a learner the user started, or one launched by it); :meth:`teardown` puts it back."""
         if (threading.current_thread() is threading.main_thread()
                 and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
-            def on_sigint(signum, frame) -> None:
-                if self._sigint_seen:
-                    signal.default_int_handler(signum, frame)
-                self._sigint_seen = True
-                if self.global_rank == 0:
-                    os.write(2, b"rlkit: Ctrl-C: every learner stops at the next update (Ctrl-C again to stop at once)\n")
-
             signal.signal(signal.SIGINT, on_sigint)
             self._on_sigint, self._sigint_trainer = on_sigint, trainer
 
