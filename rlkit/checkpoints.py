@@ -58,8 +58,8 @@ def _offender(exc: Exception) -> str:
     return f" ({found.group(1)})" if found else ""
 
 
-def recipe_of(ckpt: dict[str, Any]):
-    """The validated RunConfig stored in a checkpoint."""
+def recipe_of(ckpt: dict[str, Any], overrides: list[str] | None = None):
+    """The validated RunConfig stored in a checkpoint, with ``key=value`` overrides applied."""
     from rlkit.recipes import build_config
 
-    return build_config(dict(ckpt["hyper_parameters"]["recipe"]), [])
+    return build_config(dict(ckpt["hyper_parameters"]["recipe"]), list(overrides or []))

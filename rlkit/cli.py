@@ -32,6 +32,8 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("recipes", help="bundled recipes")
     ev = sub.add_parser("evaluate", help="play episodes with a checkpoint and print raw scores")
     ev.add_argument("checkpoint")
+    ev.add_argument("overrides", nargs="*", metavar="env.key=value",
+                    help="play in a changed env, e.g. env.atari.repeat_action_probability=0")
     ev.add_argument("--episodes", type=int, default=10)
     ev.add_argument("--greedy", action="store_true", help="take the most likely action")
     ev.add_argument("--seed", type=int, default=12345)
@@ -92,14 +94,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    """``rlkit sweep`` takes recipes and overrides on both sides of its options (``sweep R --seeds
-    0-4 algo.lr=1e-3``); argparse leaves the later ones over."""
+    """``rlkit sweep`` and ``rlkit evaluate`` take their key=value items on both sides of their
+    options (``sweep R --seeds 0-4 algo.lr=1e-3``); argparse leaves the later ones over."""
     parser = _parser()
     args, extra = parser.parse_known_args(argv)
-    if extra and (args.command != "sweep" or any(x.startswith("-") for x in extra)):
+    late = {"sweep": "items", "evaluate": "overrides"}.get(args.command)
+    if extra and (late is None or any(x.startswith("-") for x in extra)):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if extra:
-        args.items += extra
+        setattr(args, late, getattr(args, late) + extra)
     return args
 
 
@@ -186,7 +189,8 @@ def _evaluate(args) -> int:
 
     if args.episodes < 1:
         raise UserError(f"--episodes: {args.episodes} is not allowed; must be >= 1")
-    report = evaluate(args.checkpoint, args.episodes, greedy=args.greedy, seed=args.seed, gif=args.gif)
+    report = evaluate(args.checkpoint, args.episodes, greedy=args.greedy, seed=args.seed, gif=args.gif,
+                      overrides=args.overrides)
     print(report.summary())
     return 0
 

@@ -22,19 +22,25 @@ class EvalReport:
     lengths: list[int]
     checkpoint_steps: int
     gif: str | None = None
+    env_changes: tuple[str, ...] = ()
 
     def summary(self) -> str:
         s = self.scores
         text = (f"{self.env_id}: {len(s)} episodes, raw score mean {statistics.mean(s):.1f}, median "
                 f"{statistics.median(s):.1f}, min {min(s):.1f}, max {max(s):.1f} "
                 f"(checkpoint at {self.checkpoint_steps:,} agent steps)")
+        if self.env_changes:
+            text += f"; env changed: {' '.join(self.env_changes)}"
         return text + (f"; GIF in {self.gif}" if self.gif else "")
 
 
 def evaluate(checkpoint: str, episodes: int, greedy: bool = False, seed: int = 12345,
-             gif: str | None = None) -> EvalReport:
+             gif: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> EvalReport:
+    """Play ``episodes`` whole games with the checkpoint's policy. ``overrides`` (``env.*`` keys only,
+    e.g. ``env.atari.repeat_action_probability=0``) change the env it plays in: the network and its
+    weights are the checkpoint's, so nothing else may change."""
     ckpt = load_checkpoint(checkpoint)
-    recipe = recipe_of(ckpt)
+    recipe = recipe_of(ckpt, _env_only(overrides))
     # Evaluation plays whole games: no life-loss episodes.
     env_cfg = replace(recipe.env, num_envs=min(episodes, 8), atari=replace(recipe.env.atari, episodic_life=False))
     model = ActorCritic(*env_spaces(env_cfg), recipe.model)
@@ -44,7 +50,17 @@ def evaluate(checkpoint: str, episodes: int, greedy: bool = False, seed: int = 1
     steps = int(ckpt.get("rlkit", {}).get("agent_steps", 0)) * recipe.placement.learners
     if gif:
         gif = _write_gif(frames, gif) if frames else _render_gif(model, recipe.env, greedy, seed, gif)
-    return EvalReport(recipe.env.id, scores, lengths, steps, gif)
+    return EvalReport(recipe.env.id, scores, lengths, steps, gif, tuple(overrides))
+
+
+def _env_only(overrides) -> list[str]:
+    from rlkit.errors import UserError
+
+    for item in overrides:
+        if not item.startswith("env."):
+            raise UserError(f"evaluate: override '{item}' is not allowed; only env.* keys may change "
+                            "(e.g. env.atari.repeat_action_probability=0): the network is the checkpoint's")
+    return list(overrides)
 
 
 def _quotas(episodes: int, num_envs: int) -> np.ndarray:
