@@ -11,6 +11,7 @@ import torch
 
 from rlkit.checkpoints import load_checkpoint, recipe_of
 from rlkit.envs import close_envs, env_spaces, is_atari, make_vector_env
+from rlkit.errors import UserError
 from rlkit.models import ActorCritic
 from rlkit.rollout import EpisodeTracker
 
@@ -54,8 +55,6 @@ def evaluate(checkpoint: str, episodes: int, greedy: bool = False, seed: int = 1
 
 
 def _env_only(overrides) -> list[str]:
-    from rlkit.errors import UserError
-
     for item in overrides:
         if not item.startswith("env."):
             raise UserError(f"evaluate: override '{item}' is not allowed; only env.* keys may change "
@@ -104,8 +103,6 @@ def _render_gif(model: ActorCritic, env_cfg, greedy: bool, seed: int, path: str)
         try:
             frames, done = [env.render()], False
         except gym.error.DependencyNotInstalled as exc:
-            from rlkit.errors import UserError
-
             raise UserError(f"--gif: rendering {env_cfg.id} needs an extra package: {exc}") from None
         while not done and len(frames) < 5000:
             action, _ = model.act(torch.as_tensor(obs).unsqueeze(0), greedy=greedy)
