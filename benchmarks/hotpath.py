@@ -7,6 +7,8 @@
    and the act forward (batch N).
 3. Acting (batch N): ``ActorCritic.act`` (softmax + multinomial) against building a validated
    ``Categorical`` and sampling from it, as ``act`` did before.
+4. The CNNs' float32 CPU input channels-last (NHWC, rlkit's default) against NCHW: train step
+   and act forward.
 
 Variants alternate inside every round, so a noisy neighbour slows them alike; the report is each
 round's ratio and the median ratio (times are per call, median over rounds).
@@ -26,6 +28,7 @@ import torch
 
 from rlkit.envs import env_spaces
 from rlkit.losses import a2c_loss, returns_and_advantages
+from rlkit import models
 from rlkit.models import ActorCritic
 from rlkit.optim import make_optimizer
 from rlkit.recipes import load_recipe
@@ -103,6 +106,17 @@ def per_call_ms(fn, reps: int) -> float:
     return 1000 * (CLOCK() - start) / reps
 
 
+def _layout(fn, channels_last: bool):
+    """``fn`` with the CNNs' float32 CPU input channels-last (rlkit's default) or NCHW."""
+    def run():
+        models.CHANNELS_LAST = channels_last
+        try:
+            fn()
+        finally:
+            models.CHANNELS_LAST = True
+    return run
+
+
 def compare(variants: dict, rounds: int, reps: int) -> dict:
     """Per-call ms of each variant in each round (variants alternate, the order flips every round)."""
     names = list(variants)
@@ -126,7 +140,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: as rlkit sets them, one per core)")
     p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                    help="cpu: the process's CPU time, steadier than wall time on a busy host (use with --threads 1)")
-    p.add_argument("--only", choices=["bootstrap", "bf16", "sampling"], help="one of the comparisons")
+    p.add_argument("--only", choices=["bootstrap", "bf16", "sampling", "channels_last"], help="one of the comparisons")
     p.add_argument("--device", default="cpu", help="cpu or cuda (wall clock, synchronised)")
     p.add_argument("--json")
     a = p.parse_args()
@@ -149,6 +163,12 @@ def main() -> None:
         out["train_bootstrap"] = compare(
             {"split": lambda: train_step(model, opt, cfg, batch, loss_split, False),
              "t_plus_1": lambda: train_step(model, opt, cfg, batch, loss_t_plus_1, False)}, a.rounds, a.reps)
+    if a.only in (None, "channels_last"):
+        obs = batch[0][0]
+        for what, fn in (("train", lambda: train_step(model, opt, cfg, batch, loss_split, False)),
+                         ("act", lambda: act(model, obs, False))):
+            out[f"{what}_channels_last"] = compare({"channels_last": _layout(fn, True), "nchw": _layout(fn, False)},
+                                                   a.rounds, a.reps * (5 if what == "act" else 1))
     if a.only in (None, "bf16"):
         out["train_bf16"] = compare(
             {"bf16": lambda: train_step(model, opt, cfg, batch, loss_split, True),

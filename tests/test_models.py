@@ -1,3 +1,4 @@
+import pytest
 import numpy as np
 import torch
 from gymnasium import spaces
@@ -53,3 +54,45 @@ def test_a3c_cnn_is_ga3cs_network():
     assert seen["x"].min().item() == -1.0 and abs(seen["x"].max().item() - 127 / 128) < 1e-6
     nature = ActorCritic(obs_space, spaces.Discrete(6), ModelConfig(kind="cnn"))
     assert sum(p.numel() for p in model.parameters()) < sum(p.numel() for p in nature.parameters()) / 2
+
+
+def _conv_inputs(model, obs):
+    """The tensors the first convolution of ``model`` receives."""
+    seen = []
+    handle = model.body.convs[0].register_forward_pre_hook(lambda m, args: seen.append(args[0]))
+    try:
+        out = model(obs)
+    finally:
+        handle.remove()
+    return out, seen[0]
+
+
+@pytest.mark.parametrize("kind", ["cnn", "a3c_cnn"])
+def test_cnn_input_goes_channels_last_on_cpu_with_the_same_numbers(kind, monkeypatch):
+    from rlkit import models
+
+    obs_space = spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    torch.manual_seed(0)
+    model = ActorCritic(obs_space, spaces.Discrete(6), ModelConfig(kind=kind))
+    obs = torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8)
+
+    def loss_and_grads(channels_last: bool):
+        monkeypatch.setattr(models, "CHANNELS_LAST", channels_last)
+        model.zero_grad()
+        (head, values), x = _conv_inputs(model, obs)
+        (head.logsumexp(-1) + values).sum().backward()
+        return x, head, values, [p.grad.clone() for p in model.parameters()]
+
+    x_nhwc, head_nhwc, values_nhwc, grads_nhwc = loss_and_grads(True)
+    x_nchw, head_nchw, values_nchw, grads_nchw = loss_and_grads(False)
+    assert x_nhwc.is_contiguous(memory_format=torch.channels_last) and not x_nhwc.is_contiguous()
+    assert x_nchw.is_contiguous()
+    torch.testing.assert_close(head_nhwc, head_nchw, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(values_nhwc, values_nchw, rtol=1e-4, atol=1e-5)
+    for a, b in zip(grads_nhwc, grads_nchw):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-5)
+    # under bf16 autocast (trainer.precision=bf16-mixed) the layout stays NCHW: it was no faster
+    monkeypatch.setattr(models, "CHANNELS_LAST", True)
+    model.autocast_dtype = torch.bfloat16
+    _, x_bf16 = _conv_inputs(model, obs)
+    assert x_bf16.is_contiguous()
