@@ -26,9 +26,9 @@ import time
 
 import torch
 
+from rlkit import models
 from rlkit.envs import env_spaces
 from rlkit.losses import a2c_loss, returns_and_advantages
-from rlkit import models
 from rlkit.models import ActorCritic
 from rlkit.optim import make_optimizer
 from rlkit.recipes import load_recipe

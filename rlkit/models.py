@@ -22,12 +22,20 @@ CHANNELS_LAST = True  # benchmarks/hotpath.py --only channels_last turns it off 
 
 def _conv_input(x: torch.Tensor) -> torch.Tensor:
     """Float32 image batches on the CPU go to the convolutions channels-last (NHWC): oneDNN's
-    kernels for that layout made the Nature CNN's train step (batch 80, 2 threads) 0.71x as long as
-    with NCHW input (docs/benchmarks.md, "The hot path of one update"). The same numbers, another
-    memory order. Under bf16 autocast NCHW was as fast or faster, so it is left as it is."""
-    if CHANNELS_LAST and x.device.type == "cpu" and not torch.is_autocast_enabled("cpu"):
+    kernels for that layout made the Nature CNN's train step (batch 80, 2 threads) 0.83x as long as
+    with NCHW input (``benchmarks/hotpath.py --only channels_last``; docs/benchmarks.md, "The hot path
+    of one update"). The same numbers, another memory order. Under bf16 autocast NCHW was as fast or
+    faster, so it is left as it is."""
+    if CHANNELS_LAST and x.device.type == "cpu" and not _autocast_on_cpu():
         return x.contiguous(memory_format=torch.channels_last)
     return x
+
+
+def _autocast_on_cpu() -> bool:
+    try:
+        return torch.is_autocast_enabled("cpu")
+    except TypeError:  # torch before 2.4 has no device argument
+        return torch.is_autocast_cpu_enabled()
 
 
 def _init(layer: nn.Module, gain: float) -> nn.Module:
