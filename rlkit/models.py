@@ -21,11 +21,12 @@ CHANNELS_LAST = True  # benchmarks/hotpath.py --only channels_last turns it off 
 
 
 def _conv_input(x: torch.Tensor) -> torch.Tensor:
-    """Float32 image batches on the CPU go to the convolutions channels-last (NHWC): oneDNN's
+    """Image batches on the CPU go to the convolutions channels-last (NHWC): oneDNN's
     kernels for that layout made the Nature CNN's train step (batch 80, 2 threads) 0.83x as long as
     with NCHW input (``benchmarks/hotpath.py --only channels_last``; docs/benchmarks.md, "The hot path
     of one update"). The same numbers, another memory order. Under bf16 autocast NCHW was as fast or
-    faster, so it is left as it is."""
+    faster, so it is left as it is. Called on the uint8 frames, before scaling: the one copy is a
+    quarter of the size, and the scaling keeps the layout."""
     if CHANNELS_LAST and x.device.type == "cpu" and not _autocast_on_cpu():
         return x.contiguous(memory_format=torch.channels_last)
     return x
@@ -61,7 +62,7 @@ class NatureCNN(nn.Module):
         self.out_dim = hidden
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.convs(_conv_input(obs.float() / 255.0)))
+        return self.fc(self.convs(_conv_input(obs).float() / 255.0))
 
 
 class A3CCNN(nn.Module):
@@ -80,7 +81,7 @@ class A3CCNN(nn.Module):
         self.out_dim = hidden
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.convs(_conv_input(obs.float() / 128.0 - 1.0)))
+        return self.fc(self.convs(_conv_input(obs).float() / 128.0 - 1.0))
 
 
 class MinAtarCNN(nn.Module):
