@@ -2,6 +2,7 @@
 run that learns Breakout well above a random policy."""
 
 import csv
+import os
 import subprocess
 import sys
 
@@ -31,6 +32,29 @@ def test_show_of_a_minatar_recipe_does_not_import_minatar():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "id: MinAtar/Breakout-v1" in out.stdout and "IMPORTED []" in out.stdout
+
+
+def test_without_the_minatar_extra_a_minatar_run_is_one_line_exit_2(tmp_path):
+    # MinAtar is an optional extra; a process where it cannot be imported stands for a base install
+    code = ("import sys; sys.modules['minatar'] = None; from rlkit.cli import main;"
+            "sys.exit(main(['run', 'a2c-minatar-breakout-local', 'algo.total_steps=160']))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                         env={**os.environ, "WANDB_MODE": "offline"})
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert len(lines) == 1 and "pip install 'rlkit[minatar]'" in lines[0] and "env.id" in lines[0], out.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_minatar_is_an_optional_extra_not_a_dependency():
+    # with MinAtar installed, scipy is too, and torchmetrics (via Lightning) imports scipy.signal in every run
+    import tomllib
+    from pathlib import Path
+
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    assert not any(dep.startswith("minatar") for dep in project["dependencies"])
+    assert any(dep.startswith("minatar") for dep in project["optional-dependencies"]["minatar"])
+    assert any(dep.startswith("minatar") for dep in project["optional-dependencies"]["test"])
 
 
 def test_minatar_cnn_is_the_authors_network_on_channel_last_booleans():

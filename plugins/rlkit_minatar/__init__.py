@@ -4,15 +4,23 @@ for Asterix, Breakout, Freeway, Seaquest and SpaceInvaders. Observations are 10 
 channel last (``model.kind: minatar_cnn`` reads them as they are).
 
 Importing ``minatar`` loads matplotlib and seaborn (its display code), about 1.5 s: it happens in
-:func:`register`, only for runs whose env id starts with ``MinAtar/``."""
+:func:`register`, only for runs whose env id starts with ``MinAtar/``. MinAtar is an optional extra
+(``pip install 'rlkit[minatar]'``): its package requires scipy, and with scipy installed every run,
+MinAtar or not, imports ``scipy.signal`` at start-up (torchmetrics does, through Lightning)."""
 
 from __future__ import annotations
 
-from rlkit.api import EnvFamilySpec, hookimpl
+from rlkit.api import EnvFamilySpec, UserError, hookimpl
 
 
 def register() -> None:
-    import minatar.gym
+    try:
+        import minatar.gym
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.split(".")[0] != "minatar":
+            raise
+        raise UserError("env.id: MinAtar games need the minatar package, an optional extra: "
+                        "pip install 'rlkit[minatar]'") from None
 
     minatar.gym.register_envs()
 
@@ -20,4 +28,4 @@ def register() -> None:
 @hookimpl
 def rlkit_env_families():
     return [EnvFamilySpec(name="minatar", prefixes=("MinAtar/",), register=register,
-                          summary="MinAtar's 10x10 Asterix, Breakout, Freeway, Seaquest, SpaceInvaders (pip minatar)")]
+                          summary="MinAtar's 10x10 Asterix, Breakout, Freeway, Seaquest, SpaceInvaders (pip install 'rlkit[minatar]')")]
