@@ -8,7 +8,9 @@ all alike:
   recipe's env, network, hyper-parameters and optimizer, no Lightning: the ceiling;
 - ``rlkit``: ``rlkit run <recipe> algo.total_steps=<steps>`` through the real CLI, as a new user
   runs it (its default loggers, progress bar and checkpoint included);
-- ``rlkit_bf16`` (``--bf16``): the same with ``trainer.precision=bf16-mixed``;
+- ``rlkit_bf16`` and ``reference_bf16`` (``--bf16``): both with ``trainer.precision=bf16-mixed``
+  (the reference loop then runs the same network under the same autocast), so that bf16 too is
+  compared with its own ceiling;
 - ``sb3``: Stable-Baselines3's A2C (:mod:`rlkit.bench_sb3`), where it is installed.
 
 Each contender is a process of its own: ``whole`` is agent steps over the process's wall time,
@@ -19,6 +21,7 @@ update times). Ratios are taken within a round; the report gives each round's an
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import statistics
@@ -35,6 +38,9 @@ WARMUP_FRACTION = 0.2
 RATIOS = (("rlkit/reference", "rlkit", "reference", "whole"), ("rlkit/reference", "rlkit", "reference", "steady"),
           ("rlkit/sb3", "rlkit", "sb3", "whole"), ("rlkit/sb3", "rlkit", "sb3", "steady"),
           ("rlkit_bf16/rlkit", "rlkit_bf16", "rlkit", "whole"), ("rlkit_bf16/rlkit", "rlkit_bf16", "rlkit", "steady"),
+          ("rlkit_bf16/reference_bf16", "rlkit_bf16", "reference_bf16", "whole"),
+          ("rlkit_bf16/reference_bf16", "rlkit_bf16", "reference_bf16", "steady"),
+          ("rlkit_bf16/sb3", "rlkit_bf16", "sb3", "whole"), ("rlkit_bf16/sb3", "rlkit_bf16", "sb3", "steady"),
           ("reference/raw_env", "reference", "raw_env", "steady"))
 
 
@@ -96,10 +102,10 @@ def format_report(env: str, summary: dict, rounds: int, steps: int) -> str:
     lines = [f"{env}: {rounds} rounds of {steps:,} agent steps each; agent steps/s (median over rounds)"]
     for c, v in summary["sps"].items():
         parts = [f"{kind} {v[kind]:,.0f}" for kind in ("whole", "steady") if kind in v]
-        lines.append(f"  {c:<11} " + ", ".join(parts))
+        lines.append(f"  {c:<14} " + ", ".join(parts))
     for name, v in summary["ratios"].items():
         each = " ".join(f"{x:.2f}" for x in v["rounds"])
-        lines.append(f"  {name:<30} median {v['median']:.2f}  (rounds: {each})")
+        lines.append(f"  {name:<36} median {v['median']:.2f}  (rounds: {each})")
     return "\n".join(lines)
 
 
@@ -167,8 +173,6 @@ def _child_env() -> dict:
 
 def sb3_missing(env_id: str) -> str | None:
     """What SB3's A2C on ``env_id`` lacks here (None: nothing)."""
-    import importlib.util
-
     from rlkit.envs import is_atari
 
     needs = ["stable_baselines3", *(["cv2"] if is_atari(env_id) else [])]  # SB3's Atari wrappers use OpenCV
@@ -184,6 +188,9 @@ def run_peers_bench(env: str, steps: int, rounds: int, device: str, bf16: bool, 
     for name in (list(RECIPES) if env == "all" else [env]):
         if name == "minatar-breakout" and not _recipe_exists(RECIPES[name]):
             print(f"({name} skipped: recipe {RECIPES[name]} is not installed)")
+            continue
+        if name == "minatar-breakout" and env == "all" and importlib.util.find_spec("minatar") is None:
+            print(f"({name} skipped: MinAtar is not installed; pip install -e '.[minatar]')")
             continue
         results.append(bench_one(name, steps, rounds, device, bf16, sb3, overrides))
         print(format_report(name, results[-1]["summary"], rounds, steps), flush=True)
@@ -203,7 +210,8 @@ def bench_one(name: str, steps: int, rounds: int, device: str, bf16: bool, sb3: 
     if sb3 and (missing := sb3_missing(cfg.env.id)):
         print(f"(sb3 skipped: {missing} not installed; pip install -e .[bench])")
         sb3 = False
-    contenders = ["raw_env", "reference", "rlkit", *(["rlkit_bf16"] if bf16 else []), *(["sb3"] if sb3 else [])]
+    contenders = ["raw_env", "reference", "rlkit", *(["reference_bf16", "rlkit_bf16"] if bf16 else []),
+                  *(["sb3"] if sb3 else [])]
     measured: list[dict[str, dict]] = []
     with tempfile.TemporaryDirectory(prefix="rlkit-bench-") as tmp:
         root = Path(tmp)
@@ -225,11 +233,12 @@ def _measure(c: str, recipe: str, cfg, overrides: list[str], steps: int, device:
              updates: int, root: Path, r: int) -> dict:
     if c == "raw_env":
         return raw_env(cfg, steps)
+    extra = ["trainer.precision=bf16-mixed"] if c.endswith("_bf16") else []
     if c in ("rlkit", "rlkit_bf16"):
-        extra = ["trainer.precision=bf16-mixed"] if c == "rlkit_bf16" else []
         return rlkit_contender(recipe, [*overrides, *extra], steps, spu, updates, root, f"{c}-{r}")
-    module = "rlkit.bench_reference" if c == "reference" else "rlkit.bench_sb3"
-    return loop_contender(module, recipe, overrides, steps, device, every, spu, updates, root / f"{c}-{r}.log")
+    module = "rlkit.bench_sb3" if c == "sb3" else "rlkit.bench_reference"
+    return loop_contender(module, recipe, [*overrides, *extra], steps, device, every, spu, updates,
+                          root / f"{c}-{r}.log")
 
 
 def _recipe_exists(name: str) -> bool:

@@ -46,6 +46,15 @@ def test_round_ratios_are_within_the_round_and_skip_absent_contenders():
     assert not any("sb3" in k for k in no_sb3)
 
 
+def test_bf16_is_compared_with_the_reference_loop_under_the_same_autocast():
+    r = round_ratios(dict(ROUND, reference_bf16={"whole": 1000.0, "steady": 1250.0},
+                          rlkit_bf16={"whole": 1100.0, "steady": 1300.0}))
+    assert r["rlkit_bf16/reference_bf16 (whole)"] == pytest.approx(1.1)
+    assert r["rlkit_bf16/reference_bf16 (steady)"] == pytest.approx(1300 / 1250)
+    assert r["rlkit_bf16/sb3 (whole)"] == pytest.approx(1100 / 450)
+    assert r["rlkit_bf16/rlkit (whole)"] == pytest.approx(1100 / 900)
+
+
 def test_summary_takes_medians_over_rounds_and_the_report_shows_every_round():
     slower = {k: {kind: x / 2 for kind, x in v.items()} for k, v in ROUND.items()}
     faster_rlkit = dict(ROUND, rlkit={"whole": 1600.0, "steady": 2000.0})
@@ -55,7 +64,7 @@ def test_summary_takes_medians_over_rounds_and_the_report_shows_every_round():
     assert s["sps"]["rlkit"]["whole"] == pytest.approx(900) and s["sps"]["raw_env"] == {"steady": 8000.0}
     text = format_report("pong", s, rounds=3, steps=40000)
     assert "3 rounds of 40,000 agent steps" in text
-    assert "rlkit/reference (whole)        median 1.12  (rounds: 1.12 1.12 2.00)" in text
+    assert "rlkit/reference (whole)              median 1.12  (rounds: 1.12 1.12 2.00)" in text
 
 
 def test_the_cli_refuses_a_bad_bench_before_running_anything(capsys):
