@@ -30,13 +30,29 @@ def build_trainer(run: Run, hooks: RunHooks, resume_step: int | None = None) -> 
         FinalCheckpoint(run.checkpoint_dir),
     ]
     if t.progress_bar:
-        callbacks.append(RichProgressBar(leave=True))
+        callbacks.append(UpdatesProgressBar(leave=True))
     return pl.Trainer(
         accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes, precision=t.precision,
         strategy=hooks.make_strategy(), max_steps=cfg.updates_per_learner(), max_epochs=-1,
         logger=build_loggers(run, resume_step), callbacks=callbacks, log_every_n_steps=1,
         enable_progress_bar=t.progress_bar, enable_model_summary=False, num_sanity_val_steps=0,
         use_distributed_sampler=False, default_root_dir=str(run.run_dir), benchmark=False)
+
+
+class UpdatesProgressBar(RichProgressBar):
+    """Lightning's rich bar, counting the run's updates against its total: "updates 31,250/37,500".
+    Lightning's own counts the batches of the current epoch, which restart at 0 when a run resumes
+    (a resumed run showed 6250/6249), and titles a run without epochs "Epoch 0/-2"."""
+
+    def _get_train_description(self, current_epoch: int) -> str:
+        return "updates"
+
+    @property
+    def total_train_batches(self) -> int | float:
+        return self.trainer.max_steps if self.trainer.max_steps > 0 else super().total_train_batches
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, trainer.global_step - 1)
 
 
 class FinalCheckpoint(Callback):
