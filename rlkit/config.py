@@ -95,6 +95,8 @@ class TrainerConfig:
     precision: str = opt("32-true", "32-true, or bf16-mixed: the network body under bf16 autocast when acting and "
                          "training (CPU or GPU); heads, loss and parameters float32", choices=("32-true", "bf16-mixed"))
     torch_threads: int = opt(0, "torch intra-op threads per learner (0 = cores / learners on this host)", ge=0)
+    reuse_freed_memory: bool = opt(True, "glibc (Linux): the learner keeps the memory it frees for its next update "
+                                   "instead of returning it to the OS and page-faulting it back (rlkit/memory.py)")
     log_every_n_updates: int = opt(20, "log metrics every this many updates", ge=1)
     progress_bar: bool = opt(True, "show the rich progress bar")
 

@@ -17,6 +17,7 @@ from typing import Iterable
 from rlkit.config import RunConfig
 from rlkit.errors import UserError
 from rlkit.manager import RlkitPluginManager, build_plugin_manager
+from rlkit.memory import keep_freed_memory
 from rlkit.recipes import load_recipe, to_container, to_yaml, validate_options
 from rlkit.runhooks import RunHooks
 from rlkit.runtime import Run
@@ -122,6 +123,8 @@ def _fit(run: Run, hooks: RunHooks, spaces, resume_from: Path | None = None) -> 
     from rlkit.trainer import build_trainer
 
     cfg = run.recipe
+    if cfg.trainer.reuse_freed_memory:
+        keep_freed_memory()
     torch.set_num_threads(_torch_threads(cfg))
     torch.manual_seed(cfg.seed)
     module = ActorCriticModule(cfg, *spaces, hooks=hooks, recipe_dict=to_container(cfg))
