@@ -9,6 +9,9 @@
    ``Categorical`` and sampling from it, as ``act`` did before.
 4. The CNNs' float32 CPU input channels-last (NHWC, rlkit's default) against NCHW: train step
    and act forward.
+5. ``--only malloc``: the train step with glibc keeping freed memory (``rlkit.memory``, what a run
+   does by default) against glibc's defaults. The allocator's settings are per process and cannot
+   be undone, so each measurement is a child process; the two kinds alternate.
 
 Variants alternate inside every round, so a noisy neighbour slows them alike; the report is each
 round's ratio and the median ratio (times are per call, median over rounds).
@@ -140,12 +143,20 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: as rlkit sets them, one per core)")
     p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                    help="cpu: the process's CPU time, steadier than wall time on a busy host (use with --threads 1)")
-    p.add_argument("--only", choices=["bootstrap", "bf16", "sampling", "channels_last"], help="one of the comparisons")
+    p.add_argument("--only", choices=["bootstrap", "bf16", "sampling", "channels_last", "malloc"],
+                   help="one of the comparisons")
+    p.add_argument("--malloc-child", choices=["keep", "default"], help=argparse.SUPPRESS)
     p.add_argument("--device", default="cpu", help="cpu or cuda (wall clock, synchronised)")
     p.add_argument("--json")
     a = p.parse_args()
     import os
 
+    if a.only == "malloc" and not a.malloc_child:
+        return print_out(malloc_compare(a), a.json)
+    if a.malloc_child == "keep":
+        from rlkit.memory import keep_freed_memory
+
+        keep_freed_memory()
     torch.set_num_threads(a.threads or os.cpu_count() or 1)
     global CLOCK, SYNC
     CLOCK = time.process_time if a.clock == "cpu" and a.device == "cpu" else time.perf_counter
@@ -155,6 +166,8 @@ def main() -> None:
     T, N = cfg.algo.rollout_len, cfg.env.num_envs
     out = {"recipe": a.recipe, "device": a.device, "T": T, "N": N, "threads": torch.get_num_threads(),
            "clock": "wall" if CLOCK is time.perf_counter else "cpu"}
+    if a.malloc_child:
+        return print(json.dumps(malloc_child(model, opt, cfg, batch, a.reps)))
     if a.only in (None, "sampling"):
         obs = batch[0][0]
         out["act_sampling"] = compare({"multinomial": lambda: act(model, obs, False),
@@ -176,10 +189,44 @@ def main() -> None:
         obs = batch[0][0]
         out["act_bf16"] = compare({"bf16": lambda: act(model, obs, True), "fp32": lambda: act(model, obs, False)},
                                   a.rounds, a.reps * 5)
+    print_out(out, a.json)
+
+
+def print_out(out: dict, path: str | None) -> None:
     print(json.dumps(out, indent=1))
-    if a.json:
-        with open(a.json, "w") as fh:
+    if path:
+        with open(path, "w") as fh:
             json.dump(out, fh, indent=2)
+
+
+def malloc_child(model, opt, cfg, batch, reps: int) -> dict:
+    """Per-call ms of the train step and minor page faults per call, in this process as it is set."""
+    import resource
+
+    step = lambda: train_step(model, opt, cfg, batch, loss_split, False)  # noqa: E731
+    per_call_ms(step, 5)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    ms = per_call_ms(step, reps)
+    return {"ms": ms, "faults_per_step": (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / reps}
+
+
+def malloc_compare(a) -> dict:
+    """The train step in child processes with freed memory kept (rlkit's default) or glibc's
+    defaults, alternating; the ratio keep / default per round."""
+    import subprocess
+    import sys
+
+    got: dict[str, list[dict]] = {"keep": [], "default": []}
+    for r in range(a.rounds):
+        for mode in (("keep", "default") if r % 2 == 0 else ("default", "keep")):
+            argv = [sys.executable, __file__, "--recipe", a.recipe, "--reps", str(a.reps), "--threads",
+                    str(a.threads), "--clock", a.clock, "--malloc-child", mode]
+            got[mode].append(json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout))
+    ratios = [k["ms"] / d["ms"] for k, d in zip(got["keep"], got["default"])]
+    return {"recipe": a.recipe, "threads": a.threads or "one per core", "clock": a.clock, "train_malloc": {
+        "ms": {m: statistics.median(x["ms"] for x in v) for m, v in got.items()},
+        "faults_per_step": {m: statistics.median(x["faults_per_step"] for x in v) for m, v in got.items()},
+        "ratio": "keep / default", "ratios": [round(x, 3) for x in ratios], "median_ratio": statistics.median(ratios)}}
 
 
 if __name__ == "__main__":
