@@ -156,7 +156,8 @@ def main() -> None:
     if a.malloc_child == "keep":
         from rlkit.memory import keep_freed_memory
 
-        keep_freed_memory()
+        if not keep_freed_memory():
+            raise SystemExit("hotpath: --only malloc needs glibc (keep_freed_memory() changed nothing here)")
     torch.set_num_threads(a.threads or os.cpu_count() or 1)
     global CLOCK, SYNC
     CLOCK = time.process_time if a.clock == "cpu" and a.device == "cpu" else time.perf_counter

@@ -74,9 +74,12 @@ def a2c(cfg, steps: int, device: str = "cpu", seed: int = 0) -> dict:
     return {"agent_steps": len(times) * T * N, "update_times": times, "scores": scores}
 
 
-def contender_main(run) -> None:
+def contender_main(run, *, recipe_allocator: bool = False) -> None:
     """A benchmark contender's command line: RECIPE [overrides] --steps N [--device D]; prints
-    ``run(cfg, steps, device, seed)`` as JSON. Shared by the reference loop and SB3's."""
+    ``run(cfg, steps, device, seed)`` as JSON. Shared by the reference loop and SB3's.
+    ``recipe_allocator``: treat freed memory as an rlkit learner does (``trainer.reuse_freed_memory``),
+    so that the reference loop stays a ceiling for rlkit; SB3 runs as its users run it."""
+    from rlkit.memory import keep_freed_memory
     from rlkit.recipes import load_recipe
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -86,12 +89,14 @@ def contender_main(run) -> None:
     p.add_argument("--device", default="cpu")
     a = p.parse_args()
     cfg = load_recipe(a.recipe, a.overrides)
+    if recipe_allocator and cfg.trainer.reuse_freed_memory:
+        keep_freed_memory()
     torch.set_num_threads(cfg.trainer.torch_threads or os.cpu_count() or 1)  # as rlkit sets one learner's
     print(json.dumps(run(cfg, a.steps, a.device, cfg.seed)))
 
 
 def main() -> None:
-    contender_main(a2c)
+    contender_main(a2c, recipe_allocator=True)
 
 
 if __name__ == "__main__":

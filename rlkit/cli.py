@@ -63,7 +63,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--env", default="pong", choices=["pong", "cartpole", "minatar-breakout", "all"])
     bench.add_argument("--steps", type=int, default=40_000, help="peers: agent steps per contender and round")
     bench.add_argument("--rounds", type=int, default=3, help="peers: interleaved rounds")
-    bench.add_argument("--bf16", action="store_true", help="peers: also rlkit with trainer.precision=bf16-mixed")
+    bench.add_argument("--bf16", action="store_true", help="peers: also rlkit and the reference loop under bf16 "
+                       "autocast (trainer.precision=bf16-mixed)")
     bench.add_argument("--no-sb3", dest="sb3", action="store_false", help="peers: leave Stable-Baselines3 out")
     bench.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="peers: a recipe override for every contender (repeatable)")

@@ -99,3 +99,35 @@ def test_reference_loop_learns_cartpole():
     assert got["agent_steps"] == 30_000 and len(got["update_times"]) == 30_000 // 40
     scores = got["scores"]
     assert np.mean(scores[-20:]) > 2 * np.mean(scores[:20])  # a random policy's games last ~22 steps
+
+
+def test_each_contender_runs_the_recipe_its_own_way(monkeypatch, tmp_path):
+    """bf16 contenders get the precision override, the loops their own modules, everyone the --set ones."""
+    import rlkit.bench_peers as bp
+
+    seen = {}
+    monkeypatch.setattr(bp, "rlkit_contender", lambda recipe, ovr, *a: seen.setdefault(a[-1], ("cli", ovr)))
+    monkeypatch.setattr(bp, "loop_contender", lambda module, recipe, ovr, *a: seen.setdefault(a[-1].stem,
+                                                                                              (module, ovr)))
+    for c in ("reference", "reference_bf16", "rlkit", "rlkit_bf16", "sb3"):
+        bp._measure(c, "a2c-pong-local", None, ["seed=3"], 800, "cpu", 10, 80, 10, tmp_path, 0)
+    bf16 = "trainer.precision=bf16-mixed"
+    assert seen == {"reference-0": ("rlkit.bench_reference", ["seed=3"]),
+                    "reference_bf16-0": ("rlkit.bench_reference", ["seed=3", bf16]),
+                    "rlkit-0": ("cli", ["seed=3"]), "rlkit_bf16-0": ("cli", ["seed=3", bf16]),
+                    "sb3-0": ("rlkit.bench_sb3", ["seed=3"])}
+
+
+def test_env_all_skips_minatar_when_it_is_not_installed(monkeypatch, capsys):
+    import importlib.util
+
+    import rlkit.bench_peers as bp
+
+    ran = []
+    monkeypatch.setattr(bp, "bench_one", lambda name, *a: ran.append(name) or {"summary": {}})
+    monkeypatch.setattr(bp, "format_report", lambda *a: "")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "minatar" else real(n, *a))
+    bp.run_peers_bench("all", 800, 1, "cpu", False, False, [], None)
+    assert "minatar-breakout" not in ran and {"pong", "cartpole"} <= set(ran)
+    assert "MinAtar is not installed" in capsys.readouterr().out

@@ -2,10 +2,13 @@
 step on Pong-sized batches then page-faults next to never, where glibc's defaults fault its buffers
 back in thousands of times per step."""
 
+import platform
 import subprocess
 import sys
 
 import pytest
+
+GLIBC = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
 
 STEPS = """
 import resource, sys
@@ -41,14 +44,44 @@ def faults_per_step(mode: str) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+@pytest.mark.skipif(not GLIBC, reason="glibc's mallopt")
 def test_a_train_step_reuses_freed_memory_instead_of_faulting_it_back():
     keep, default = faults_per_step("keep"), faults_per_step("default")
-    assert keep < 500, f"{keep:.0f} minor page faults per train step with keep_freed_memory (glibc defaults: {default:.0f})"
+    msg = f"minor page faults per train step: {keep:.0f} with keep_freed_memory, {default:.0f} with glibc's defaults"
+    assert keep < 500, msg
+    assert default > max(4 * keep, 500), msg  # the measurement sees what the setting removes
 
 
-def test_a_run_can_leave_the_allocator_alone():
+def test_keep_freed_memory_reports_whether_it_changed_the_allocator():
+    from rlkit.memory import keep_freed_memory
+
+    assert keep_freed_memory() is GLIBC
+
+
+@pytest.mark.parametrize("reuse", [True, False])
+def test_a_run_sets_the_allocator_only_when_its_recipe_asks(tmp_path, monkeypatch, reuse):
+    import rlkit.run
     from rlkit.recipes import load_recipe
 
-    assert load_recipe("a2c-pong-local").trainer.reuse_freed_memory is True
-    assert load_recipe("a2c-pong-local", ["trainer.reuse_freed_memory=false"]).trainer.reuse_freed_memory is False
+    assert load_recipe("a2c-pong-local").trainer.reuse_freed_memory is True  # the default
+    calls = []
+    monkeypatch.setattr(rlkit.run, "keep_freed_memory", lambda: calls.append(1) or True)
+    rlkit.run.train("a2c-cartpole-local", ["algo.total_steps=80", f"trainer.reuse_freed_memory={reuse}",
+                                           "trainer.progress_bar=false", "logging.backends=[csv]",
+                                           f"logging.root={tmp_path}", "logging.run_name=alloc"])
+    assert calls == ([1] if reuse else [])
+
+
+@pytest.mark.parametrize("ceiling,reuse,expected", [(True, True, [1]), (True, False, []), (False, True, [])])
+def test_the_reference_loop_treats_freed_memory_as_rlkit_does_and_sb3_as_its_users(monkeypatch, capsys,
+                                                                                    ceiling, reuse, expected):
+    import rlkit.bench_reference as ref
+    import rlkit.memory
+
+    calls = []
+    monkeypatch.setattr(rlkit.memory, "keep_freed_memory", lambda: calls.append(1) or True)
+    monkeypatch.setattr(sys, "argv", ["bench", "a2c-cartpole-local", f"trainer.reuse_freed_memory={reuse}",
+                                      "--steps", "8"])
+    monkeypatch.setattr(ref.torch, "set_num_threads", lambda n: None)
+    ref.contender_main(lambda cfg, steps, device, seed: {"steps": steps}, recipe_allocator=ceiling)
+    assert calls == expected and '"steps": 8' in capsys.readouterr().out

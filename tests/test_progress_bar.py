@@ -19,7 +19,7 @@ def rlkit(*args, cwd):
 
 
 def counts(text: str) -> list[tuple[int, int]]:
-    return [(int(a.replace(",", "")), int(b.replace(",", ""))) for a, b in re.findall(r"([\d,]+)/([\d,]+)", text)]
+    return [(int(a.replace(",", "")), int(b.replace(",", ""))) for a, b in re.findall(r"(\d[\d,]*)/(\d[\d,]*)", text)]
 
 
 @pytest.mark.slow

@@ -5,8 +5,8 @@ channel last (``model.kind: minatar_cnn`` reads them as they are).
 
 Importing ``minatar`` loads matplotlib and seaborn (its display code), about 1.5 s: it happens in
 :func:`register`, only for runs whose env id starts with ``MinAtar/``. MinAtar is an optional extra
-(``pip install 'rlkit[minatar]'``): its package requires scipy, and with scipy installed every run,
-MinAtar or not, imports ``scipy.signal`` at start-up (torchmetrics does, through Lightning)."""
+(``pip install -e '.[minatar]'`` in a checkout, or ``pip install minatar``): its package requires
+scipy, and with scipy installed every run, MinAtar or not, imports ``scipy.signal`` at start-up (torchmetrics does, through Lightning)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def register() -> None:
         if exc.name is None or exc.name.split(".")[0] != "minatar":
             raise
         raise UserError("env.id: MinAtar games need the minatar package, an optional extra: "
-                        "pip install 'rlkit[minatar]'") from None
+                        "pip install minatar (in a checkout: pip install -e '.[minatar]')") from None
 
     minatar.gym.register_envs()
 
@@ -28,4 +28,4 @@ def register() -> None:
 @hookimpl
 def rlkit_env_families():
     return [EnvFamilySpec(name="minatar", prefixes=("MinAtar/",), register=register,
-                          summary="MinAtar's 10x10 Asterix, Breakout, Freeway, Seaquest, SpaceInvaders (pip install 'rlkit[minatar]')")]
+                          summary="MinAtar's 10x10 Asterix, Breakout, Freeway, Seaquest, SpaceInvaders (pip install minatar)")]
