@@ -6,7 +6,8 @@ channel last (``model.kind: minatar_cnn`` reads them as they are).
 Importing ``minatar`` loads matplotlib and seaborn (its display code), about 1.5 s: it happens in
 :func:`register`, only for runs whose env id starts with ``MinAtar/``. MinAtar is an optional extra
 (``pip install -e '.[minatar]'`` in a checkout, or ``pip install minatar``): its package requires
-scipy, and with scipy installed every run, MinAtar or not, imports ``scipy.signal`` at start-up (torchmetrics does, through Lightning)."""
+scipy, and with scipy installed every run, MinAtar or not, imports ``scipy.signal`` at start-up
+(torchmetrics does, through Lightning)."""
 
 from __future__ import annotations
 
