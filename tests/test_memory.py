@@ -1,6 +1,6 @@
 """The learner keeps the memory it frees for its next update (rlkit/memory.py): a Nature-CNN train
 step on Pong-sized batches then page-faults next to never, where glibc's defaults fault its buffers
-back in thousands of times per step."""
+back in hundreds to thousands of times per step."""
 
 import platform
 import subprocess
@@ -48,8 +48,10 @@ def faults_per_step(mode: str) -> float:
 def test_a_train_step_reuses_freed_memory_instead_of_faulting_it_back():
     keep, default = faults_per_step("keep"), faults_per_step("default")
     msg = f"minor page faults per train step: {keep:.0f} with keep_freed_memory, {default:.0f} with glibc's defaults"
-    assert keep < 500, msg
-    assert default > max(4 * keep, 500), msg  # the measurement sees what the setting removes
+    assert keep < 200, msg
+    # glibc's defaults fault 400-5,000 pages per step on the hosts measured (the count varies with what
+    # else the host holds), the setting 0-50: the measurement sees what the setting removes
+    assert default > max(4 * keep, 200), msg
 
 
 def test_keep_freed_memory_reports_whether_it_changed_the_allocator():
