@@ -9,6 +9,7 @@ import sys
 from typing import Sequence
 
 from rlkit.errors import RunFailed, UserError
+from rlkit.startup import pause_collector
 
 
 class _Parser(argparse.ArgumentParser):
@@ -77,6 +78,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parse(argv)
+        if argv is None and args.command in ("run", "resume"):  # this process is the run's own
+            pause_collector()  # until training starts (rlkit/startup.py)
         return _COMMANDS[args.command](args) or 0
     except UserError as exc:
         print(f"rlkit: error: {exc}", file=sys.stderr)

@@ -22,6 +22,7 @@ from rlkit.losses import a2c_loss, explained_variance, normalize, returns_and_ad
 from rlkit.models import ActorCritic
 from rlkit.optim import make_optimizer
 from rlkit.rollout import Batch
+from rlkit.startup import end_startup
 
 MAX_NONFINITE_IN_A_ROW = 100
 
@@ -102,6 +103,7 @@ class ActorCriticModule(pl.LightningModule):
         return self._source
 
     def on_train_start(self) -> None:
+        end_startup()  # before learner_start, which may start actor processes (rlkit/startup.py)
         self._window = _Window()  # throughput counts from here, not from construction
         if self.hooks is not None:
             self.hooks.learner_start(self)

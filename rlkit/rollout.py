@@ -130,4 +130,8 @@ class LocalRollout:
         return reward
 
     def close(self) -> None:
-        close_envs(self.env)
+        # Let go of the env too: ALE's vector env stops its C++ threads only when it is freed, and
+        # the trainer that holds this source may outlive the run (rlkit/startup.py freezes it).
+        env, self.env = self.env, None
+        if env is not None:
+            close_envs(env)

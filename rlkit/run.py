@@ -21,6 +21,7 @@ from rlkit.memory import keep_freed_memory
 from rlkit.recipes import load_recipe, to_container, to_yaml, validate_options
 from rlkit.runhooks import RunHooks
 from rlkit.runtime import Run
+from rlkit.startup import end_startup
 
 RUN_COMMUNICATOR = "rlkit-run-communicator"
 RUN_DIR_ENV = "RLKIT_RUN_DIR"
@@ -109,6 +110,7 @@ def train(recipe_name: str, overrides: Iterable[str] = (), manager: RlkitPluginM
         error = exc
         raise
     finally:
+        end_startup()  # a run that failed before training must not leave the collector off
         hooks.wait_for_learners()
         hooks.unconfigure(error)
         manager.pm.unregister(communicator)
