@@ -133,9 +133,13 @@ def build_loggers(run: Run, resume_step: int | None = None) -> list:
         mode = wandb_mode(log.wandb_mode)
         id_file = run.run_dir / "wandb-id"
         run_id = id_file.read_text().strip() if id_file.exists() else None
-        loggers.append(WandbLogger(name=run.run_dir.name, project=log.project, save_dir=str(run.run_dir),
+        wandb_logger = WandbLogger(name=run.run_dir.name, project=log.project, save_dir=str(run.run_dir),
                                    offline=mode == "offline", config=to_container(cfg), id=run_id,
-                                   resume="allow", group=log.group, settings=_wandb_settings()))
+                                   resume="allow", group=log.group, settings=_wandb_settings())
+        # Lightning passes anonymous=None to wandb.init whatever the user asked; W&B has dropped the
+        # setting and warns on every run that it has no effect (wandb/wandb#10909). None is the default.
+        getattr(wandb_logger, "_wandb_init", {}).pop("anonymous", None)
+        loggers.append(wandb_logger)
     return loggers
 
 
