@@ -33,3 +33,22 @@ def test_the_bar_counts_updates_of_the_whole_run_also_after_resume(tmp_path):
     assert "updates" in second and "Epoch" not in second, second[-2000:]
     assert (80, 80) in counts(second), second[-2000:]
     assert not any(done > total for done, total in counts(second)), second[-2000:]
+
+
+def test_the_bar_draws_at_most_ten_times_a_second_and_always_the_last_update(monkeypatch):
+    from types import SimpleNamespace
+
+    from lightning.pytorch.callbacks import RichProgressBar
+
+    from rlkit.trainer import UpdatesProgressBar
+
+    drawn = []
+    monkeypatch.setattr(RichProgressBar, "on_train_batch_end", lambda self, t, m, o, b, i: drawn.append(i + 1))
+    bar = UpdatesProgressBar(leave=True)
+    assert bar.refresh_rate == 10  # rich's redraws per second (Lightning's default: 100)
+    trainer = SimpleNamespace(global_step=0, max_steps=1000)
+    for step in range(1, 1001):  # a thousand updates in well under a second
+        trainer.global_step = step
+        bar.on_train_batch_end(trainer, None, None, None, step - 1)
+    assert drawn[0] == 1 and drawn[-1] == 1000, drawn
+    assert len(drawn) <= 3, drawn
