@@ -1,10 +1,11 @@
 """The learner process's start-up and its garbage collector.
 
 Importing torch, Lightning (which pulls in ``torch._dynamo``, sympy and torchmetrics) and W&B builds
-about 400,000 objects the collector tracks, nearly all of which live as long as the process. CPython's cyclic collector runs whenever
-enough new objects have piled up, so during those imports it walks the growing heap again and
-again, and when the process exits it walks all of it once more while the modules are torn down.
-Neither finds much garbage: import-time objects are not cycles waiting to be freed.
+about 385,000 objects that CPython's cyclic collector tracks, nearly all of which live as long as
+the process. The collector runs whenever enough new objects have piled up, so during those imports
+it walks the growing heap again and again, and when the process exits it walks all of it once more
+while the modules are torn down. Neither finds much garbage: import-time objects are not cycles
+waiting to be freed.
 
 So a process the CLI started pauses the collector while the run sets itself up
 (:func:`pause_collector`), and when training is about to start (:func:`end_startup`, called by the

@@ -46,7 +46,7 @@ class UpdatesProgressBar(RichProgressBar):
     Lightning's own counts the batches of the current epoch, which restart at 0 when a run resumes
     (a resumed run showed 6250/6249), and titles a run without epochs "Epoch 0/-2".
 
-    It redraws at most ``DRAW_HZ`` times a second. Lightning's updates its count and metrics after
+    It redraws at most ``DRAW_HZ`` times a second. Lightning's bar updates its count and metrics after
     every batch and has rich redraw 100 times a second: a CartPole learner makes 300 updates a
     second, and the bar's per-update work was 4% of a cProfile of its training loop; the eye needs
     no more than 10."""

@@ -40,7 +40,8 @@ sys.exit(rc)
 def _run_cli(tmp_path, *args, code=None):
     env = dict(os.environ, WANDB_MODE="offline")
     argv = ["-c", code] if code else ["-m", "rlkit.cli"]
-    return subprocess.run([sys.executable, *argv, "run", *args, f"logging.root={tmp_path}", "trainer.progress_bar=false"],
+    return subprocess.run([sys.executable, *argv, "run", *args, f"logging.root={tmp_path}",
+                           "trainer.progress_bar=false"],
                           capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
 
 
