@@ -103,7 +103,7 @@ class ActorCriticModule(pl.LightningModule):
         return self._source
 
     def on_train_start(self) -> None:
-        end_startup()  # before learner_start, which may start actor processes (rlkit/startup.py)
+        end_startup()  # set-up is done: freeze its heap, collect again (rlkit/startup.py)
         self._window = _Window()  # throughput counts from here, not from construction
         if self.hooks is not None:
             self.hooks.learner_start(self)

@@ -16,23 +16,31 @@ This is what CPython's documentation suggests ``gc.freeze`` for. The cost: cycli
 during start-up is never collected (reference counting still frees everything else).
 
 Only the CLI pauses the collector, and only for commands that reach ``end_startup``: a program that
-calls ``rlkit.run.train`` itself keeps its collector as it set it. Measured in docs/benchmarks.md
+calls ``rlkit.run.train`` itself keeps its collector as it set it. A process forked while the
+collector is paused ends its start-up when it begins (``os.register_at_fork``). Measured in docs/benchmarks.md
 ("Start-up").
 """
 
 from __future__ import annotations
 
 import gc
+import os
 
 _paused = False
+_fork_hook = False
 
 
 def pause_collector() -> bool:
     """Turn the cyclic collector off until :func:`end_startup` (True), or leave it alone where it
     was already off (False)."""
-    global _paused
+    global _paused, _fork_hook
     if _paused or not gc.isenabled():
         return False
+    if not _fork_hook and hasattr(os, "register_at_fork"):
+        # a process forked during start-up (gymnasium's async env workers) would otherwise run
+        # without the collector for good: it ends its start-up at once
+        os.register_at_fork(after_in_child=end_startup)
+        _fork_hook = True
     gc.disable()
     _paused = True
     return True

@@ -76,6 +76,11 @@ class UpdatesProgressBar(RichProgressBar):
         self._update(self.train_progress_bar_id, trainer.global_step)
         super().on_train_epoch_end(trainer, pl_module)
 
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        # the update a Ctrl-C or SIGTERM stopped at, which the checkpoint message names
+        self._update(self.train_progress_bar_id, trainer.global_step)
+        super().on_exception(trainer, pl_module, exception)
+
 
 class FinalCheckpoint(Callback):
     """``last.ckpt`` at the end of training, and ``interrupted.ckpt`` on Ctrl-C or SIGTERM (the

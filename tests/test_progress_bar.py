@@ -52,3 +52,20 @@ def test_the_bar_draws_at_most_ten_times_a_second_and_always_the_last_update(mon
         bar.on_train_batch_end(trainer, None, None, None, step - 1)
     assert drawn[0] == 1 and drawn[-1] == 1000, drawn
     assert len(drawn) <= 3, drawn
+
+
+def test_the_bar_shows_the_last_update_where_a_run_stops_early_or_is_stopped(monkeypatch):
+    from types import SimpleNamespace
+
+    from lightning.pytorch.callbacks import RichProgressBar
+
+    from rlkit.trainer import UpdatesProgressBar
+
+    shown = []
+    monkeypatch.setattr(RichProgressBar, "on_train_epoch_end", lambda self, t, m: None)
+    monkeypatch.setattr(RichProgressBar, "on_exception", lambda self, t, m, e: None)
+    bar = UpdatesProgressBar()
+    monkeypatch.setattr(bar, "_update", lambda task, current, **kw: shown.append(current))
+    bar.on_train_epoch_end(SimpleNamespace(global_step=6426, max_steps=7500), None)  # a target reached
+    bar.on_exception(SimpleNamespace(global_step=7000, max_steps=7500), None, KeyboardInterrupt())
+    assert shown == [6426, 7000]

@@ -12,7 +12,8 @@ import pytest
 from rlkit.run import train
 
 # Runs `rlkit run ...` as the CLI entry point does (main() reads sys.argv), and reports the
-# collector's state while the env is made (start-up) and at the first update (training).
+# collector's state when the first env is made (the spaces check, during start-up) and at the first
+# update (training).
 PROBE = r"""
 import gc, sys
 import rlkit.envs, rlkit.module
@@ -57,6 +58,48 @@ def test_the_cli_pauses_the_collector_for_start_up_and_trains_with_the_start_up_
     # torch, Lightning and W&B alone leave a few hundred thousand tracked objects
     assert enabled == "True" and int(frozen) > 100_000, lines
     assert lines["AFTER"] == "True"
+
+
+def _python(code: str, tmp_path) -> str:
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180, cwd=tmp_path,
+                         env=dict(os.environ, WANDB_MODE="offline"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout.strip().splitlines()[-1]
+
+
+def test_main_called_with_arguments_is_a_library_call_and_keeps_the_collector(tmp_path):
+    code = ("import gc; from rlkit.cli import main\n"
+            "rc = main(['run', 'a2c-cartpole-local', 'algo.total_steps=80', 'trainer.progress_bar=false',\n"
+            "           'logging.backends=[csv]', 'logging.root=.', 'logging.run_name=lib'])\n"
+            "print(rc, gc.isenabled(), gc.get_freeze_count())")
+    assert _python(code, tmp_path) == "0 True 0"
+
+
+def test_a_run_that_fails_before_training_turns_the_collector_back_on(tmp_path):
+    code = ("import gc, rlkit.module; from rlkit.run import train; from rlkit.startup import pause_collector\n"
+            "def boom(self): raise RuntimeError('no training')\n"
+            "rlkit.module.ActorCriticModule.on_train_start = boom\n"
+            "assert pause_collector() and not gc.isenabled()\n"
+            "try:\n"
+            "    train('a2c-cartpole-local', ['algo.total_steps=80', 'trainer.progress_bar=false',\n"
+            "                                 'logging.backends=[csv]', 'logging.root=.', 'logging.run_name=f'])\n"
+            "except RuntimeError:\n"
+            "    pass\n"
+            "print(gc.isenabled())")
+    assert _python(code, tmp_path) == "True"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_process_forked_during_start_up_collects_again(tmp_path):
+    # gymnasium's async vector env forks its workers while the run sets up
+    code = ("import gc, os; from rlkit.startup import pause_collector\n"
+            "assert pause_collector()\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    os._exit(0 if gc.isenabled() and gc.get_freeze_count() > 0 else 1)\n"
+            "_, status = os.waitpid(pid, 0)\n"
+            "print(os.waitstatus_to_exitcode(status), gc.isenabled())")
+    assert _python(code, tmp_path) == "0 False"  # the child collects; the parent is still setting up
 
 
 def test_a_program_that_calls_train_keeps_its_collector(tmp_path):
