@@ -2,18 +2,20 @@
 
     python benchmarks/csv_rate.py RUN_DIR/csv       prints "SPS FPS" (frames = 4 x agent steps, Atari)
 
-The median of the ``sps`` column after the first two logged rows (start-up and warm-up). A
-multi-learner run's ``learner<r>.csv`` files each hold that learner's own rate times the number of
-learners (the summed estimate), so the run's rate is the sum of each learner's median over the count.
-Exit 1 when a log has fewer than three rows with a rate.
+The rule is `rlkit bench`'s (rlkit.bench_peers): the median of the logged ``sps`` windows that start
+after the first 20% of the run's updates. A multi-learner run's ``learner<r>.csv`` files each hold
+that learner's own rate times the number of learners (the summed estimate), so the run's rate is
+the sum of each learner's median over the count. Exit 1 when a log has no window past warm-up.
 """
 
 from __future__ import annotations
 
 import csv
 import glob
-import statistics
 import sys
+
+from rlkit.bench_peers import steady_sps as steady_of_windows
+from rlkit.bench_peers import windows_from_csv_rows
 
 
 def steady_sps(folder: str) -> float | None:
@@ -21,10 +23,13 @@ def steady_sps(folder: str) -> float | None:
     total = 0.0
     for path in files:
         with open(path, newline="") as fh:
-            rows = [r for r in csv.DictReader(fh) if r.get("sps")]
-        if len(rows) < 3:
+            rows = [r for r in csv.DictReader(fh) if r.get("sps") and r.get("step")]
+        # in update units a window's rate is the row's sps itself: no steps-per-update needed
+        windows = windows_from_csv_rows(rows, 1)
+        sps = steady_of_windows(windows, 1, windows[-1][0])
+        if sps is None:
             return None
-        total += statistics.median(float(r["sps"]) for r in rows[2:]) / len(files)
+        total += sps / len(files)
     return total
 
 
