@@ -149,10 +149,16 @@ class ActorCritic(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(policy logits or Gaussian mean, state value), in float32 whatever ``autocast_dtype`` says."""
+        head, values, _ = self.forward_with_features(obs)
+        return head, values
+
+    def forward_with_features(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``forward``'s (head, value) and the policy body's output (its last hidden layer), for
+        diagnostics that look at the features without a second pass."""
         if self.autocast_dtype is None:
             features = self.body(obs)
             value_features = features if self.value_body is None else self.value_body(obs)
-            return self.policy_head(features), self.value_head(value_features).squeeze(-1)
+            return self.policy_head(features), self.value_head(value_features).squeeze(-1), features
         device = obs.device.type
         with torch.autocast(device, dtype=self.autocast_dtype):
             features = self.body(obs)
@@ -160,7 +166,8 @@ class ActorCritic(nn.Module):
         # the heads are a sliver of the compute: in float32, so that log-probs, entropies, values
         # and the loss built on them keep float32's precision
         with torch.autocast(device, enabled=False):
-            return self.policy_head(features.float()), self.value_head(value_features.float()).squeeze(-1)
+            head = self.policy_head(features.float())
+            return head, self.value_head(value_features.float()).squeeze(-1), features
 
     def distribution(self, head: torch.Tensor):
         # no argument validation: a NaN head reaches the loss, where algo.on_nonfinite deals with it

@@ -192,7 +192,7 @@ class ActorCriticModule(pl.LightningModule):
         a = self.recipe.algo
         T, N = batch.rewards.shape
         obs = batch.obs
-        head, values = self.model(obs[:T].reshape(T * N, *obs.shape[2:]))
+        head, values, features = self.model.forward_with_features(obs[:T].reshape(T * N, *obs.shape[2:]))
         with torch.no_grad():
             _, last_value = self.model(obs[T])
         flat_actions = batch.actions.reshape(T * N, *batch.actions.shape[2:])
@@ -201,7 +201,7 @@ class ActorCriticModule(pl.LightningModule):
         returns, advantages = returns_and_advantages(batch.rewards, detached, batch.dones, last_value,
                                                      a.gamma, a.gae_lambda)
         # kept (no copies) for the diagnostics logged at the log interval
-        self._last = (detached, returns, head.detach(), obs[:T])
+        self._last = (detached, returns, head.detach(), features.detach())
         if a.normalize_advantages:
             advantages = normalize(advantages)
         return a2c_loss(ev.log_probs, ev.entropy, ev.values, returns.reshape(-1),
@@ -213,12 +213,12 @@ class ActorCriticModule(pl.LightningModule):
         ``value/mean`` and ``value/return_mean`` (the critic's scale against its targets) and, for
         discrete actions, ``policy/max_prob`` (1/A for a uniform policy, near 1 for a greedy one);
         ``model/dead_units``: the fraction of the body's last hidden units that are 0 on every
-        observation of the batch (1.0 is a network whose outputs no longer depend on the state)."""
+        observation of the batch (1.0 is a network whose outputs no longer depend on the state).
+        All are read off the training pass (the parameters the update started from): no second
+        forward pass."""
         if getattr(self, "_last", None) is None:
             return {}
-        values, returns, head, obs = self._last
-        with torch.no_grad():
-            features = self.model.body(obs.reshape(-1, *obs.shape[2:]))
+        values, returns, head, features = self._last
         out_dead = float((features.max(0).values <= 0).float().mean())
         out = {"value/explained_variance": explained_variance(values.reshape(-1), returns.reshape(-1)),
                "value/mean": values.mean().item(), "value/return_mean": returns.mean().item(),

@@ -135,3 +135,36 @@ def test_act_draws_what_the_categorical_distribution_draws():
     actions, _ = model.act(obs)
     torch.manual_seed(5)
     assert torch.equal(actions, Categorical(logits=head.detach()).sample())
+
+
+@pytest.mark.parametrize("recipe,spaces_", [("a2c-pong-local", PONG_SPACES), ("a2c-cartpole-local", CARTPOLE_SPACES)])
+def test_diagnostics_read_the_training_pass_by_hand(recipe, spaces_):
+    """The diagnostics at the log interval come from the training pass's own outputs (no second
+    forward): dead units counted on the body's output for the batch, values and returns as the loss
+    saw them. Checked against a separate forward pass with a few units killed on purpose."""
+    from rlkit.losses import explained_variance
+
+    torch.manual_seed(0)
+    module = ActorCriticModule(load_recipe(recipe), *spaces_)
+    last = module.model.body.fc[0] if hasattr(module.model.body, "fc") else module.model.body.net[-2]
+    with torch.no_grad():  # 3 of the last hidden units can never fire: bias far below any input
+        last.bias[:3] = -1e6
+    T, N = 5, 4
+    batch = fixed_batch(*spaces_, T=T, N=N)
+    module.compute_loss(batch)
+    forwards = []
+    handle = module.model.body.register_forward_hook(lambda *_: forwards.append(1))
+    out = module.diagnostics()
+    handle.remove()
+    assert not forwards  # no second pass over the batch
+    with torch.no_grad():
+        features = module.model.body(batch.obs[:T].reshape(T * N, *batch.obs.shape[2:]))
+        head, values = module.model(batch.obs[:T].reshape(T * N, *batch.obs.shape[2:]))
+        _, last_value = module.model(batch.obs[T])
+    dead = (features.max(0).values <= 0).float().mean().item()
+    assert dead >= 3 / features.shape[1] and out["model/dead_units"] == pytest.approx(dead)
+    returns, _ = returns_and_advantages(batch.rewards, values.reshape(T, N), batch.dones, last_value,
+                                        module.recipe.algo.gamma, module.recipe.algo.gae_lambda)
+    assert out["value/explained_variance"] == pytest.approx(explained_variance(values, returns.reshape(-1)), rel=1e-5)
+    assert out["value/mean"] == pytest.approx(values.mean().item(), rel=1e-5)
+    assert out["policy/max_prob"] == pytest.approx(torch.softmax(head, -1).max(-1).values.mean().item(), rel=1e-5)
