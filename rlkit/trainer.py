@@ -166,6 +166,7 @@ def build_loggers(run: Run, resume_step: int | None = None) -> list:
         # Lightning passes anonymous=None to wandb.init whatever the user asked; W&B has dropped the
         # setting and warns on every run that it has no effect (wandb/wandb#10909). None is the default.
         getattr(wandb_logger, "_wandb_init", {}).pop("anonymous", None)
+        _skip_unstaged_launch_inputs()
         loggers.append(wandb_logger)
     return loggers
 
@@ -191,3 +192,29 @@ def _wandb_settings():
     import wandb
 
     return wandb.Settings(silent=True, console="off", x_disable_stats=True)
+
+
+LAUNCH_INPUTS = "wandb.sdk.launch.inputs.internal"
+
+
+def _skip_unstaged_launch_inputs() -> None:
+    """``wandb.init`` imports W&B's launch package to apply launch-job inputs staged before it.
+    Inputs can only have been staged through ``wandb.sdk.launch.inputs.internal`` (a singleton that
+    module holds), so where that module was never imported there is nothing to apply, yet the import
+    builds W&B's public-API pydantic models, whose docstring extraction walks ``sys.modules`` per
+    class (wandb/wandb#10898): 0.3 s of every run's start with torch and Lightning loaded
+    (docs/benchmarks.md, "Start-up"). The check is kept as W&B wrote it wherever the module is loaded."""
+    try:
+        from wandb.sdk.wandb_run import Run
+    except ImportError:
+        return
+    original = getattr(Run, "_detect_and_apply_job_inputs", None)
+    if original is None or getattr(original, "rlkit_skips_unstaged", False):
+        return
+
+    def detect_and_apply_job_inputs(self) -> None:
+        if LAUNCH_INPUTS in sys.modules:
+            original(self)
+
+    detect_and_apply_job_inputs.rlkit_skips_unstaged = True
+    Run._detect_and_apply_job_inputs = detect_and_apply_job_inputs
