@@ -9,7 +9,7 @@ import sys
 from typing import Sequence
 
 from rlkit.errors import RunFailed, UserError
-from rlkit.startup import pause_collector
+from rlkit.startup import end_startup, pause_collector
 
 
 class _Parser(argparse.ArgumentParser):
@@ -78,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parse(argv)
-        if argv is None and args.command in ("run", "resume"):  # this process is the run's own
+        if argv is None and args.command in ("run", "resume", "evaluate"):  # this process is the run's own
             pause_collector()  # until training starts (rlkit/startup.py)
         return _COMMANDS[args.command](args) or 0
     except UserError as exc:
@@ -193,8 +193,11 @@ def _evaluate(args) -> int:
 
     if args.episodes < 1:
         raise UserError(f"--episodes: {args.episodes} is not allowed; must be >= 1")
-    report = evaluate(args.checkpoint, args.episodes, greedy=args.greedy, seed=args.seed, gif=args.gif,
-                      overrides=args.overrides)
+    try:
+        report = evaluate(args.checkpoint, args.episodes, greedy=args.greedy, seed=args.seed, gif=args.gif,
+                          overrides=args.overrides)
+    finally:
+        end_startup()  # where evaluate() failed before it began to play
     print(report.summary())
     return 0
 

@@ -11,6 +11,7 @@ import torch
 
 from rlkit.checkpoints import load_checkpoint, recipe_of
 from rlkit.envs import close_envs, env_spaces, is_atari, make_vector_env
+from rlkit.startup import end_startup
 from rlkit.errors import UserError
 from rlkit.models import ActorCritic
 from rlkit.rollout import EpisodeTracker
@@ -47,6 +48,7 @@ def evaluate(checkpoint: str, episodes: int, greedy: bool = False, seed: int = 1
     model = ActorCritic(*env_spaces(env_cfg), recipe.model)
     model.load_state_dict({k.removeprefix("model."): v for k, v in ckpt["state_dict"].items()})
     model.eval()
+    end_startup()  # set-up is done: freeze its heap, collect again (rlkit/startup.py)
     scores, lengths, frames = _play(model, env_cfg, episodes, greedy, seed, want_frames=gif is not None)
     steps = int(ckpt.get("rlkit", {}).get("agent_steps", 0)) * recipe.placement.learners
     if gif:

@@ -133,3 +133,46 @@ def test_a_pong_run_ends_without_leak_reports_or_warnings(tmp_path):
     assert "leaked" not in out.stderr, out.stderr[-3000:]
     # nor W&B's warning about the `anonymous` setting Lightning passes (rlkit/trainer.py drops it)
     assert "WARNING" not in out.stderr and "Traceback" not in out.stderr, out.stderr[-3000:]
+
+
+EVAL_PROBE = r"""
+import gc, sys
+import rlkit.evaluate as ev
+seen = {}
+load = ev.load_checkpoint
+def probed_load(*a, **k):
+    seen.setdefault("startup", (gc.isenabled(), gc.get_freeze_count()))
+    return load(*a, **k)
+ev.load_checkpoint = probed_load
+play = ev._play
+def probed_play(*a, **k):
+    seen.setdefault("playing", (gc.isenabled(), gc.get_freeze_count()))
+    return play(*a, **k)
+ev._play = probed_play
+from rlkit.cli import main
+sys.argv = ["rlkit", *sys.argv[1:]]
+rc = main()
+for phase, state in seen.items():
+    print(phase.upper(), *state)
+print("AFTER", gc.isenabled())
+sys.exit(rc)
+"""
+
+
+def test_evaluate_sets_up_with_the_collector_paused_and_plays_with_the_start_up_heap_frozen(tmp_path):
+    trained = train("a2c-cartpole-local", ["algo.total_steps=400", "trainer.progress_bar=false",
+                                           "logging.backends=[csv]", f"logging.root={tmp_path}", "logging.run_name=ev"])
+    ckpt = trained.run_dir / "checkpoints" / "last.ckpt"
+    out = subprocess.run([sys.executable, "-c", EVAL_PROBE, "evaluate", str(ckpt), "--episodes", "2"],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "CartPole-v1: 2 episodes" in out.stdout, out.stdout
+    lines = dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
+    assert lines["STARTUP"].split() == ["False", "0"], lines
+    enabled, frozen = lines["PLAYING"].split()
+    assert enabled == "True" and int(frozen) > 10_000, lines  # torch's import alone tracks far more
+    # an evaluation that fails during set-up (a checkpoint that is not there) collects again
+    bad = subprocess.run([sys.executable, "-c", EVAL_PROBE, "evaluate", str(tmp_path / "missing.ckpt")],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert bad.returncode == 2 and "missing.ckpt" in bad.stderr, bad.stderr
+    assert "PLAYING" not in bad.stdout and "AFTER True" in bad.stdout, bad.stdout
