@@ -28,7 +28,8 @@ class EvalReport:
 
     def summary(self) -> str:
         s = self.scores
-        text = (f"{self.env_id}: {len(s)} episodes, raw score mean {statistics.mean(s):.1f}, median "
+        episodes = f"{len(s)} episode{'' if len(s) == 1 else 's'}"
+        text = (f"{self.env_id}: {episodes}, raw score mean {statistics.mean(s):.1f}, median "
                 f"{statistics.median(s):.1f}, min {min(s):.1f}, max {max(s):.1f} "
                 f"(checkpoint at {self.checkpoint_steps:,} agent steps)")
         if self.env_changes:

@@ -52,3 +52,12 @@ def test_only_env_keys_may_change(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.strip().count("\n") == 0 and "model.kind=mlp" in out.stderr and "env.*" in out.stderr
+
+
+def test_the_summary_counts_episodes_in_words():
+    from rlkit.evaluate import EvalReport
+
+    one = EvalReport("CartPole-v1", [12.0], [12], 400).summary()
+    assert one.startswith("CartPole-v1: 1 episode, raw score mean 12.0,"), one
+    two = EvalReport("CartPole-v1", [10.0, 20.0], [10, 20], 400).summary()
+    assert two.startswith("CartPole-v1: 2 episodes, raw score mean 15.0, median 15.0, min 10.0, max 20.0"), two
