@@ -11,10 +11,10 @@ import torch
 
 from rlkit.checkpoints import load_checkpoint, recipe_of
 from rlkit.envs import close_envs, env_spaces, is_atari, make_vector_env
-from rlkit.startup import end_startup
 from rlkit.errors import UserError
 from rlkit.models import ActorCritic
 from rlkit.rollout import EpisodeTracker
+from rlkit.startup import end_startup
 
 
 @dataclass
