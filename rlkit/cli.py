@@ -9,7 +9,7 @@ import sys
 from typing import Sequence
 
 from rlkit.errors import RunFailed, UserError
-from rlkit.startup import end_startup, pause_collector
+from rlkit.startup import pause_collector
 
 
 class _Parser(argparse.ArgumentParser):
@@ -193,11 +193,8 @@ def _evaluate(args) -> int:
 
     if args.episodes < 1:
         raise UserError(f"--episodes: {args.episodes} is not allowed; must be >= 1")
-    try:
-        report = evaluate(args.checkpoint, args.episodes, greedy=args.greedy, seed=args.seed, gif=args.gif,
-                          overrides=args.overrides)
-    finally:
-        end_startup()  # where evaluate() failed before it began to play
+    report = evaluate(args.checkpoint, args.episodes, greedy=args.greedy, seed=args.seed, gif=args.gif,
+                      overrides=args.overrides)
     print(report.summary())
     return 0
 

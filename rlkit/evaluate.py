@@ -42,14 +42,16 @@ def evaluate(checkpoint: str, episodes: int, greedy: bool = False, seed: int = 1
     """Play ``episodes`` whole games with the checkpoint's policy. ``overrides`` (``env.*`` keys only,
     e.g. ``env.atari.repeat_action_probability=0``) change the env it plays in: the network and its
     weights are the checkpoint's, so nothing else may change."""
-    ckpt = load_checkpoint(checkpoint)
-    recipe = recipe_of(ckpt, _env_only(overrides))
-    # Evaluation plays whole games: no life-loss episodes.
-    env_cfg = replace(recipe.env, num_envs=min(episodes, 8), atari=replace(recipe.env.atari, episodic_life=False))
-    model = ActorCritic(*env_spaces(env_cfg), recipe.model)
-    model.load_state_dict({k.removeprefix("model."): v for k, v in ckpt["state_dict"].items()})
-    model.eval()
-    end_startup()  # set-up is done: freeze its heap, collect again (rlkit/startup.py)
+    try:
+        ckpt = load_checkpoint(checkpoint)
+        recipe = recipe_of(ckpt, _env_only(overrides))
+        # Evaluation plays whole games: no life-loss episodes.
+        env_cfg = replace(recipe.env, num_envs=min(episodes, 8), atari=replace(recipe.env.atari, episodic_life=False))
+        model = ActorCritic(*env_spaces(env_cfg), recipe.model)
+        model.load_state_dict({k.removeprefix("model."): v for k, v in ckpt["state_dict"].items()})
+        model.eval()
+    finally:  # set-up is done (or failed): freeze its heap, collect again (rlkit/startup.py)
+        end_startup()
     scores, lengths, frames = _play(model, env_cfg, episodes, greedy, seed, want_frames=gif is not None)
     steps = int(ckpt.get("rlkit", {}).get("agent_steps", 0)) * recipe.placement.learners
     if gif:

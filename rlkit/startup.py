@@ -9,8 +9,8 @@ waiting to be freed.
 
 So a process the CLI started for ``run``, ``resume`` or ``evaluate`` pauses the collector while it
 sets itself up (:func:`pause_collector`), and when training (or playing) is about to start
-(:func:`end_startup`, called by the learner's ``on_train_start``, by ``evaluate`` before it plays,
-and by ``train``'s and the evaluate command's cleanup) moves every object alive at that point into
+(:func:`end_startup`, called by the learner's ``on_train_start`` and ``train``'s cleanup, and by
+``evaluate`` when its set-up is done or has failed) moves every object alive at that point into
 the collector's permanent generation (``gc.freeze``) and turns the collector back on. Collections in
 the training loop then walk only what the loop itself allocates, and exit skips the frozen heap.
 This is what CPython's documentation suggests ``gc.freeze`` for. The cost: cyclic garbage made
