@@ -104,7 +104,8 @@ def train(recipe_name: str, overrides: Iterable[str] = (), manager: RlkitPluginM
     os.environ[RUN_DIR_ENV] = str(run.run_dir)
     try:
         hooks.configure()  # may still refuse the recipe: nothing is written before it agrees
-        _write_run_dir(run)
+        if run.launcher:  # launched learners read this folder (resume reads recipe.yaml): never rewrite it
+            _write_run_dir(run)
         return _fit(run, hooks, spaces, resume_from)
     except BaseException as exc:
         error = exc
@@ -144,7 +145,7 @@ def _fit(run: Run, hooks: RunHooks, spaces, resume_from: Path | None = None) -> 
     result = _result(run, module, trainer.global_step, time.perf_counter() - start)
     result.is_global_zero = trainer.is_global_zero
     if trainer.is_global_zero:
-        (run.run_dir / "result.json").write_text(json.dumps(_jsonable(result), indent=2))
+        write_atomic(run.run_dir / "result.json", json.dumps(_jsonable(result), indent=2))
     return result
 
 
@@ -202,11 +203,23 @@ def _run_dir(cfg: RunConfig, recipe_name: str) -> Path:
 
 
 def _write_run_dir(run: Run) -> None:
+    """The launching process only. A reader (a learner being launched, ``rlkit resume``) sees the old
+    or the new recipe.yaml, never one cut short: each file is replaced, not rewritten in place."""
     run.run_dir.mkdir(parents=True, exist_ok=True)
-    (run.run_dir / "recipe.yaml").write_text(to_yaml(run.recipe))
+    write_atomic(run.run_dir / "recipe.yaml", to_yaml(run.recipe))
     id_file = run.run_dir / "wandb-id"
     if not id_file.exists():  # one W&B run per run folder, continued on resume
-        id_file.write_text(datetime.now().strftime("%Y%m%d%H%M%S") + os.urandom(3).hex())
+        write_atomic(id_file, datetime.now().strftime("%Y%m%d%H%M%S") + os.urandom(3).hex())
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a sibling temporary file, then rename it over ``path``."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def quiet_lightning() -> None:

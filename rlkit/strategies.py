@@ -38,7 +38,7 @@ from lightning.pytorch.strategies.launchers.subprocess_script import (_Subproces
                                                                        _set_num_threads_if_needed)
 
 from rlkit.checkpoints import newest_first
-from rlkit.errors import first_line
+from rlkit.errors import RunFailed, first_line
 from rlkit.processes import die_with_parent
 
 log = logging.getLogger("rlkit")
@@ -87,10 +87,17 @@ class LearnerProcesses(DDPStrategy):
             super()._configure_launcher()
 
     def setup_environment(self) -> None:
-        env = self.cluster_environment
-        if env is not None and (env.creates_processes_externally or env.local_rank() != 0):
-            die_with_parent()  # a launched learner, not the process the user started
-        super().setup_environment()
+        if not self.launched():  # a launched learner (or one torchrun started), not the process the user started
+            die_with_parent()  # (the launcher has LOCAL_RANK=0 in its environment by now, as they do)
+            super().setup_environment()
+            return
+        try:
+            super().setup_environment()
+        except dist.DistError as exc:
+            # the process group did not form (a learner died while starting, or never connected):
+            # say which of the learners this process launched are gone, not only "3/4 clients joined"
+            gone = self.lost_peers(wait_s=1.0, none_dead="the launched learners are all running; one did not connect")
+            raise RunFailed(f"the learners' process group did not form ({first_line(exc)}): {gone}") from exc
 
     def setup(self, trainer) -> None:
         super().setup(trainer)
@@ -327,7 +334,7 @@ class LearnerProcesses(DDPStrategy):
         """Launching process: the learner processes it started (ranks 1.. on this node); else []."""
         return list(getattr(self._launcher, "procs", []) or [])
 
-    def lost_peers(self, wait_s: float = 3.0) -> str:
+    def lost_peers(self, wait_s: float = 3.0, none_dead: str = "a peer left or timed out") -> str:
         """After a failed collective: which launched learners have exited (the launching process
         sees its children; a learner whose launcher died is ended by the kernel: die_with_parent)."""
         deadline = time.monotonic() + wait_s
@@ -336,7 +343,7 @@ class LearnerProcesses(DDPStrategy):
             if dead or time.monotonic() > deadline or not self.launched():
                 break
             time.sleep(0.1)
-        return ", ".join(f"learner {r} (pid {pid}) exited with code {c}" for r, pid, c in dead) or "a peer left or timed out"
+        return ", ".join(f"learner {r} (pid {pid}) exited with code {c}" for r, pid, c in dead) or none_dead
 
     def stop_children(self, sig: int = signal.SIGTERM) -> None:
         """Launching process: ask the learner processes it started to stop the graceful way (each

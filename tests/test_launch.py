@@ -1,0 +1,103 @@
+"""Launching learner processes: the run folder is written by the launching process only, and
+replaced, never rewritten in place (a launched learner of `rlkit resume` reads recipe.yaml while
+the others start: one that read a file cut short died before joining, and the run waited out the
+process group's timeout); a learner that dies before the process group forms is named."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from rlkit.run import write_atomic
+from rlkit.testing import plugin_env, processes_of_run
+
+BASE = ["trainer.progress_bar=false", "logging.backends=[csv]", "algo.stop_at_score=null",
+        "placement.learners=2", "trainer.devices=2", "checkpoint.every_steps=1000000"]
+
+# each launched learner records what recipe.yaml is when it begins its set-up (the launching process
+# has written it), and every learner what it is when it starts training
+STAT_PLUGIN = '''
+import json, os
+from rlkit.plugin import hookimpl
+
+def record(run, when, rank):
+    st = os.stat(run.run_dir / "recipe.yaml")
+    with open(os.environ["RLKIT_TEST_STATS"], "a") as fh:
+        fh.write(json.dumps([when, rank, st.st_ino, st.st_mtime_ns]) + "\\n")
+
+@hookimpl
+def rlkit_configure(run):
+    if not run.launcher:
+        record(run, "configure", int(os.environ["LOCAL_RANK"]))
+
+@hookimpl
+def rlkit_learner_start(run, module):
+    record(run, "start", module.global_rank)
+'''
+
+# learner 1 dies while it sets up, before it joins the process group
+DIE_PLUGIN = '''
+import os
+from rlkit.plugin import hookimpl
+
+@hookimpl
+def rlkit_configure(run):
+    if not run.launcher and os.environ.get("LOCAL_RANK") == "1":
+        os._exit(3)
+'''
+
+
+def test_a_reader_of_a_replaced_file_sees_the_old_text_whole(tmp_path):
+    path = tmp_path / "recipe.yaml"
+    write_atomic(path, "old: 1\n" * 500)
+    with open(path) as reader:  # a reader that opened it before the write
+        write_atomic(path, "new: 2\n" * 300)
+        assert reader.read() == "old: 1\n" * 500  # rewritten in place, it would read the new text
+    assert path.read_text() == "new: 2\n" * 300
+    assert [p.name for p in tmp_path.iterdir()] == ["recipe.yaml"]  # no temporary file left
+
+
+def _cli(tmp_path, *args, env):
+    return subprocess.run([sys.executable, "-m", "rlkit.cli", *args], capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+@pytest.mark.slow
+def test_launched_learners_never_rewrite_the_run_folder(tmp_path):
+    stats = tmp_path / "stats.jsonl"
+    env = plugin_env(tmp_path, "rlkit_test_stat", STAT_PLUGIN, RLKIT_TEST_STATS=str(stats))
+    run_dir = tmp_path / "g"
+    first = _cli(tmp_path, "run", "a2c-cartpole-gossip", *BASE, f"logging.root={tmp_path}", "logging.run_name=g",
+                 "algo.total_steps=800", env=env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    again = _cli(tmp_path, "resume", str(run_dir), "algo.total_steps=1600", env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    seen = [json.loads(line) for line in stats.read_text().splitlines()]
+    assert sorted((w, r) for w, r, _, _ in seen) == sorted([("configure", 1), ("start", 0), ("start", 1)] * 2), seen
+    # each phase: from learner 1's set-up to both learners' start, recipe.yaml is the one file the
+    # launching process wrote (a learner that rewrote it would have left a later one)
+    phases = [[], []]
+    for rec in seen:
+        phases[len(phases[0]) >= 3].append(rec)
+    for phase in phases:
+        assert len({(ino, mtime) for _, _, ino, mtime in phase}) == 1, seen
+    final = os.stat(run_dir / "recipe.yaml")
+    assert [final.st_ino, final.st_mtime_ns] == seen[-1][2:]
+    assert "total_steps: 1600" in (run_dir / "recipe.yaml").read_text()
+    assert not processes_of_run(run_dir)
+
+
+@pytest.mark.slow
+def test_a_learner_that_dies_before_the_process_group_forms_is_named(tmp_path):
+    env = plugin_env(tmp_path, "rlkit_test_die", DIE_PLUGIN)
+    run_dir = tmp_path / "d"
+    out = _cli(tmp_path, "run", "a2c-cartpole-gossip", *BASE, f"logging.root={tmp_path}", "logging.run_name=d",
+               "algo.total_steps=800", "communication.options.timeout_s=10", env=env)
+    assert out.returncode == 1, out.stderr[-3000:]
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("rlkit: run failed: the learners' process group did not form"), out.stderr[-3000:]
+    assert "learner 1 (pid " in last and "exited with code 3" in last, last
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]
+    assert not processes_of_run(run_dir)
