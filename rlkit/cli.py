@@ -9,7 +9,7 @@ import sys
 from typing import Sequence
 
 from rlkit.errors import RunFailed, UserError
-from rlkit.startup import pause_collector
+from rlkit.startup import pause_collector, shorten_openmp_spin
 
 
 class _Parser(argparse.ArgumentParser):
@@ -80,6 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parse(argv)
         if argv is None and args.command in ("run", "resume", "evaluate"):  # this process is the run's own
             pause_collector()  # until training starts (rlkit/startup.py)
+            shorten_openmp_spin()  # before torch is loaded
         return _COMMANDS[args.command](args) or 0
     except UserError as exc:
         print(f"rlkit: error: {exc}", file=sys.stderr)

@@ -57,3 +57,22 @@ def end_startup() -> bool:
     gc.freeze()
     gc.enable()
     return True
+
+
+OPENMP_SPIN = "100000"  # GOMP_SPINCOUNT for the CLI's own processes (libgomp's default: 300,000)
+
+
+def shorten_openmp_spin() -> bool:
+    """Set ``GOMP_SPINCOUNT`` for a process the CLI started for ``run``, ``resume`` or ``evaluate``,
+    before torch (and with it libgomp, which reads it once) is loaded; launched learners and env
+    workers inherit it. After a parallel op, torch's OpenMP threads spin this many times waiting
+    for the next one before they sleep; with libgomp's default they are still spinning while the
+    vector env's threads step the games, and on a machine with as many cores as threads they take
+    those threads' cores. A user's own ``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY`` is left alone, as is
+    a process that has already loaded torch. Measured in docs/benchmarks.md ("OpenMP spin")."""
+    import sys
+
+    if "torch" in sys.modules or "GOMP_SPINCOUNT" in os.environ or "OMP_WAIT_POLICY" in os.environ:
+        return False
+    os.environ["GOMP_SPINCOUNT"] = OPENMP_SPIN
+    return True

@@ -176,3 +176,41 @@ def test_evaluate_sets_up_with_the_collector_paused_and_plays_with_the_start_up_
                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert bad.returncode == 2 and "missing.ckpt" in bad.stderr, bad.stderr
     assert "PLAYING" not in bad.stdout and "AFTER True" in bad.stdout, bad.stdout
+
+
+# an installed plugin that records, when training starts, the OpenMP spin setting the process has
+SPIN_PLUGIN = '''
+import os
+from rlkit.plugin import hookimpl
+
+@hookimpl
+def rlkit_learner_start(run, module):
+    with open(os.environ["RLKIT_TEST_SPIN"], "w") as fh:
+        fh.write(os.environ.get("GOMP_SPINCOUNT", "unset"))
+'''
+
+
+@pytest.mark.parametrize("user, seen", [({}, "100000"), ({"GOMP_SPINCOUNT": "5"}, "5"),
+                                        ({"OMP_WAIT_POLICY": "PASSIVE"}, "unset")])
+def test_the_cli_shortens_openmp_spinning_unless_the_user_chose(tmp_path, user, seen):
+    from rlkit.testing import plugin_env
+
+    out = tmp_path / "spin.txt"
+    env = plugin_env(tmp_path, "rlkit_test_spin", SPIN_PLUGIN, RLKIT_TEST_SPIN=str(out), **user)
+    for key in {"GOMP_SPINCOUNT", "OMP_WAIT_POLICY"} - set(user):
+        env.pop(key, None)
+    proc = subprocess.run([sys.executable, "-m", "rlkit.cli", "run", "a2c-cartpole-local", "algo.total_steps=200",
+                           "trainer.progress_bar=false", "logging.backends=[csv]", f"logging.root={tmp_path}"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert out.read_text() == seen
+
+
+def test_a_process_that_has_loaded_torch_keeps_its_openmp_setting(monkeypatch):
+    import torch  # noqa: F401  (libgomp has read its settings)
+
+    from rlkit.startup import shorten_openmp_spin
+
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    assert shorten_openmp_spin() is False and "GOMP_SPINCOUNT" not in os.environ
