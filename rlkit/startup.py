@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 
 _paused = False
 _fork_hook = False
@@ -70,8 +71,6 @@ def shorten_openmp_spin() -> bool:
     vector env's threads step the games, and on a machine with as many cores as threads they take
     those threads' cores. A user's own ``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY`` is left alone, as is
     a process that has already loaded torch. Measured in docs/benchmarks.md ("OpenMP spin")."""
-    import sys
-
     if "torch" in sys.modules or "GOMP_SPINCOUNT" in os.environ or "OMP_WAIT_POLICY" in os.environ:
         return False
     os.environ["GOMP_SPINCOUNT"] = OPENMP_SPIN

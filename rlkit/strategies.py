@@ -87,13 +87,14 @@ class LearnerProcesses(DDPStrategy):
             super()._configure_launcher()
 
     def setup_environment(self) -> None:
-        if not self.launched():  # a launched learner (or one torchrun started), not the process the user started
-            die_with_parent()  # (the launcher has LOCAL_RANK=0 in its environment by now, as they do)
-            super().setup_environment()
-            return
+        launcher = bool(self.launched())  # (it has LOCAL_RANK=0 in its environment by now, as learners do)
+        if not launcher:  # a launched learner (or one torchrun started), not the process the user started
+            die_with_parent()
         try:
             super().setup_environment()
         except dist.DistError as exc:
+            if not launcher:
+                raise
             # the process group did not form (a learner died while starting, or never connected):
             # say which of the learners this process launched are gone, not only "3/4 clients joined"
             gone = self.lost_peers(wait_s=1.0, none_dead="the launched learners are all running; one did not connect")
