@@ -424,16 +424,40 @@ class _SynchronousLauncher(_SubprocessScriptLauncher):
 
 
 class _StopAwareObserver(_ChildProcessObserver):
-    """Lightning's observer (a learner that dies takes the run down), idle while the run stops."""
+    """Lightning's observer (a learner that dies takes the run down), idle while the run stops, and
+    one that lets the launching process say what happened. Lightning's SIGKILLs the launching
+    process as soon as it sees a dead learner (it polls every 5 s); but learner 0 finds the dead
+    peer itself, in its next collective, and fails with one line naming it. Killed first, the run
+    ended with -9 and no word (seen in CI on a slow host). So a dead learner gives the launching
+    process ``main_grace_s`` to end on its own; one still running then (stuck where no collective
+    fails) is ended here: the other learners are killed, the line is printed, exit code 1."""
 
-    def __init__(self, launcher: _SynchronousLauncher):
-        super().__init__(main_pid=os.getpid(), child_processes=launcher.procs)
-        self.launcher = launcher
+    def __init__(self, launcher: _SynchronousLauncher, main_grace_s: float = 30.0, sleep_period: float = 5.0):
+        super().__init__(main_pid=os.getpid(), child_processes=launcher.procs, sleep_period=sleep_period)
+        self.launcher, self.main_grace_s = launcher, main_grace_s
 
     def _run(self) -> bool:
         if self.launcher.stopping:
             return True
-        return super()._run()
+        codes = [proc.poll() for proc in self._child_processes]
+        if all(code == 0 for code in codes):
+            return True
+        dead = [(rank, proc.pid, code) for rank, (proc, code) in enumerate(zip(self._child_processes, codes), start=1)
+                if code]
+        if not dead:
+            return False
+        deadline = time.monotonic() + self.main_grace_s
+        while time.monotonic() < deadline:  # the launching process ends the run itself (and this thread with it)
+            time.sleep(0.2)
+            if self.launcher.stopping:
+                return True
+        rank, pid, code = dead[0]
+        for proc in self._child_processes:
+            if proc.poll() is None:
+                proc.send_signal(self._termination_signal)
+        print(f"rlkit: run failed: learner {rank} (pid {pid}) exited with code {code}; learner 0 did not stop "
+              f"within {self.main_grace_s:g} s of it and was ended", file=sys.stderr, flush=True)
+        os._exit(1)
 
 
 class _IndependentLauncher(_SynchronousLauncher):

@@ -101,3 +101,38 @@ def test_a_learner_that_dies_before_the_process_group_forms_is_named(tmp_path):
     assert "learner 1 (pid " in last and "exited with code 3" in last, last
     assert "Traceback" not in out.stderr, out.stderr[-3000:]
     assert not processes_of_run(run_dir)
+
+
+# the launching process with rlkit's child observer: learner 1 (a `sleep`) is SIGKILLed; the
+# launching process then either ends on its own after `main_s` (as learner 0 does when its next
+# collective fails) or hangs
+OBSERVED = '''
+import signal, subprocess, sys, time
+from rlkit.strategies import _StopAwareObserver
+
+class Launcher:
+    stopping = False
+
+launcher = Launcher()
+launcher.procs = [subprocess.Popen(["sleep", "60"])]
+_StopAwareObserver(launcher, main_grace_s=float(sys.argv[2]), sleep_period=0.1).start()
+launcher.procs[0].send_signal(signal.SIGKILL)
+time.sleep(float(sys.argv[1]))
+print("rlkit: run failed: learner 0 found it", file=sys.stderr)
+sys.exit(1)
+'''
+
+
+@pytest.mark.parametrize("main_s, grace_s, says", [
+    (1.0, 20.0, "learner 0 found it"),  # learner 0 reports the dead learner itself: not SIGKILLed
+    (60.0, 1.0, "learner 1 (pid"),  # learner 0 is stuck: the observer ends the run, in one line
+])
+def test_a_dead_learner_leaves_the_launching_process_time_to_say_so(main_s, grace_s, says):
+    """Lightning's observer SIGKILLed the launching process at its first poll after a learner died:
+    on a slow host that came before learner 0's own one-line report (CI: exit -9, nothing said)."""
+    out = subprocess.run([sys.executable, "-c", OBSERVED, str(main_s), str(grace_s)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1, (out.returncode, out.stderr[-2000:])
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("rlkit: run failed:") and says in last, out.stderr[-2000:]
+    assert "exited with code -9" in last or main_s < grace_s
