@@ -12,6 +12,10 @@
 5. ``--only malloc``: the train step with glibc keeping freed memory (``rlkit.memory``, what a run
    does by default) against glibc's defaults. The allocator's settings are per process and cannot
    be undone, so each measurement is a child process; the two kinds alternate.
+6. ``--only reuse``: one update's compute (T acts on N observations and the train step) as rlkit
+   does it (acts without gradients, then forward + backward over the T*N observations) against
+   keeping each act's autograd graph and back-propagating through those (no second forward over
+   the rollout; the same loss, since the parameters do not change during a rollout).
 
 Variants alternate inside every round, so a noisy neighbour slows them alike; the report is each
 round's ratio and the median ratio (times are per call, median over rounds).
@@ -109,6 +113,36 @@ def per_call_ms(fn, reps: int) -> float:
     return 1000 * (CLOCK() - start) / reps
 
 
+def update_recompute(model, opt, cfg, batch):
+    """One update's compute as rlkit does it: T no-grad acts, then the split training pass."""
+    obs = batch[0]
+    for t in range(obs.shape[0] - 1):
+        model.act(obs[t])
+    train_step(model, opt, cfg, batch, loss_split, False)
+
+
+def update_reuse(model, opt, cfg, batch):
+    """The same update keeping each act's graph: T forwards with gradients on N observations,
+    actions sampled from the detached head, one backward through the T graphs."""
+    obs, actions, rewards, dones = batch
+    T, N = rewards.shape
+    heads, values = [], []
+    for t in range(T):
+        head, value = model(obs[t])
+        torch.multinomial(torch.softmax(head.detach(), -1), 1)
+        heads.append(head)
+        values.append(value)
+    with torch.no_grad():
+        _, last_value = model(obs[T])
+    values = torch.cat(values)
+    loss = _loss(model, cfg, torch.cat(heads), values, values.detach().reshape(T, N), last_value,
+                 actions, rewards, dones)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.algo.max_grad_norm or float("inf"))
+    opt.step()
+
+
 def _layout(fn, channels_last: bool):
     """``fn`` with the CNNs' float32 CPU input channels-last (rlkit's default) or NCHW."""
     def run():
@@ -143,7 +177,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: as rlkit sets them, one per core)")
     p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                    help="cpu: the process's CPU time, steadier than wall time on a busy host (use with --threads 1)")
-    p.add_argument("--only", choices=["bootstrap", "bf16", "sampling", "channels_last", "malloc"],
+    p.add_argument("--only", choices=["bootstrap", "bf16", "sampling", "channels_last", "malloc", "reuse"],
                    help="one of the comparisons")
     p.add_argument("--malloc-child", choices=["keep", "default"], help=argparse.SUPPRESS)
     p.add_argument("--device", default="cpu", help="cpu or cuda (wall clock, synchronised)")
@@ -177,6 +211,10 @@ def main() -> None:
         out["train_bootstrap"] = compare(
             {"split": lambda: train_step(model, opt, cfg, batch, loss_split, False),
              "t_plus_1": lambda: train_step(model, opt, cfg, batch, loss_t_plus_1, False)}, a.rounds, a.reps)
+    if a.only in (None, "reuse"):
+        out["update_reuse"] = compare({"reuse": lambda: update_reuse(model, opt, cfg, batch),
+                                       "recompute": lambda: update_recompute(model, opt, cfg, batch)},
+                                      a.rounds, a.reps)
     if a.only in (None, "channels_last"):
         obs = batch[0][0]
         for what, fn in (("train", lambda: train_step(model, opt, cfg, batch, loss_split, False)),
