@@ -139,12 +139,12 @@ def test_launcher_gives_learners_their_grace_before_sigkill():
     a learner still writing its checkpoint (here: 1.5 s to exit after SIGTERM) must get to finish."""
     from lightning.fabric.plugins.environments import LightningEnvironment
 
-    from rlkit.strategies import _IndependentLauncher
+    from rlkit.launchers import IndependentLauncher
 
     slow = "import signal, sys, time\n" \
            "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(1.5), sys.exit(0)))\n" \
            "print('ready', flush=True)\ntime.sleep(60)\n"
-    launcher = _IndependentLauncher(LightningEnvironment(), 3, 1, grace_s=20)
+    launcher = IndependentLauncher(LightningEnvironment(), 3, 1, grace_s=20)
     launcher.procs = [subprocess.Popen([sys.executable, "-c", slow], stdout=subprocess.PIPE, text=True)
                       for _ in range(2)]
     try:

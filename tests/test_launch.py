@@ -108,14 +108,14 @@ def test_a_learner_that_dies_before_the_process_group_forms_is_named(tmp_path):
 # collective fails) or hangs
 OBSERVED = '''
 import signal, subprocess, sys, time
-from rlkit.strategies import _StopAwareObserver
+from rlkit.launchers import StopAwareObserver
 
 class Launcher:
     stopping = False
 
 launcher = Launcher()
 launcher.procs = [subprocess.Popen(["sleep", "60"])]
-_StopAwareObserver(launcher, main_grace_s=float(sys.argv[2]), sleep_period=0.1).start()
+StopAwareObserver(launcher, main_grace_s=float(sys.argv[2]), sleep_period=0.1).start()
 launcher.procs[0].send_signal(signal.SIGKILL)
 time.sleep(float(sys.argv[1]))
 print("rlkit: run failed: learner 0 found it", file=sys.stderr)
