@@ -42,6 +42,14 @@ def sample(root_pid: int) -> dict[str, float]:
     return {"processes": procs, "rss_mb": rss_kb / 1024, "fds": fds, "threads": threads}
 
 
+def _name(pid: int) -> str:
+    """A process's command line, shortened (multiprocessing's helpers name themselves in it)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:100]
+    except OSError:
+        return f"{pid} (gone)"
+
+
 def agent_steps(run_dir: Path) -> float:
     path = run_dir / "csv" / "metrics.csv"
     if not path.exists():
@@ -73,11 +81,14 @@ def soak(recipe: str, minutes: int, warmup: int, overrides: list[str]) -> dict:
                 proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        left = processes_of_run(run_dir)
+        left = [_name(pid) for pid in processes_of_run(run_dir)]  # the instant the CLI process ended
+        time.sleep(1.0)
+        left_1s = [_name(pid) for pid in processes_of_run(run_dir)]
     after = [r for r in rows if r["minute"] >= warmup]
     summary = {"recipe": recipe, "minutes": minutes, "warmup_minutes": warmup, "overrides": overrides,
                "agent_steps": rows[-1]["agent_steps"], "exit_code_after_sigterm": proc.returncode,
-               "processes_left": len(left)}
+               "processes_left": len(left), "processes_left_names": left,
+               "processes_left_after_1s": len(left_1s), "processes_left_after_1s_names": left_1s}
     for key in ("rss_mb", "fds", "threads", "processes"):
         first, last = after[0][key], after[-1][key]
         summary[key] = {"at_warmup": first, "last": last, "max_after_warmup": max(r[key] for r in after),
