@@ -1,7 +1,7 @@
 """``rlkit bench`` (``rlkit bench peers``): rlkit against the loops it must beat, in one run.
 
 Every round measures, in an order that rotates from round to round so that a noisy neighbour slows
-all alike:
+all alike, with rlkit and its reference loop back to back (:func:`round_order`):
 
 - ``raw_env``: the recipe's vector env stepped with random actions (in this process);
 - ``reference``: a plain A2C loop written for the benchmark (:mod:`rlkit.bench_reference`), the
@@ -72,6 +72,22 @@ def windows_from_csv_rows(rows: list[dict], steps_per_update: int) -> list[tuple
         out.append((step, clock))
         last = step
     return out
+
+
+def round_order(contenders: list[str], r: int) -> list[str]:
+    """The order of round ``r``: the start rotates from round to round, so that a noisy neighbour
+    slows all alike; rlkit and its reference loop (and their bf16 pair) run back to back, which of
+    the two first alternating, so that the ratio the bench is for sees the host as it is within a
+    few minutes, not across the whole round."""
+    units: list[list[str]] = []
+    for c in contenders:
+        if c.startswith("rlkit") and units and units[-1] == [c.replace("rlkit", "reference", 1)]:
+            units[-1].append(c)
+        else:
+            units.append([c])
+    k = r % len(units)
+    flip = (r + r // len(units)) % 2  # every other round, and each start sees both orders
+    return [c for unit in units[k:] + units[:k] for c in (unit[::-1] if flip else unit)]
 
 
 def round_ratios(measured: dict[str, dict]) -> dict[str, float]:
@@ -217,7 +233,7 @@ def bench_one(name: str, steps: int, rounds: int, device: str, bf16: bool, sb3: 
         root = Path(tmp)
         for r in range(rounds):
             got: dict[str, dict] = {}
-            for c in contenders[r % len(contenders):] + contenders[:r % len(contenders)]:
+            for c in round_order(contenders, r):
                 print(f"[{name}] round {r + 1}/{rounds}: {c}", file=sys.stderr, flush=True)
                 got[c] = _measure(c, recipe, cfg, [*overrides, *accel], steps, device, every, spu, updates,
                                   root, r)

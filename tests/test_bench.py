@@ -131,3 +131,19 @@ def test_env_all_skips_minatar_when_it_is_not_installed(monkeypatch, capsys):
     bp.run_peers_bench("all", 800, 1, "cpu", False, False, [], None)
     assert "minatar-breakout" not in ran and {"pong", "cartpole"} <= set(ran)
     assert "MinAtar is not installed" in capsys.readouterr().out
+
+
+def test_rounds_rotate_and_keep_rlkit_beside_its_reference_loop():
+    from rlkit.bench_peers import round_order
+
+    contenders = ["raw_env", "reference", "rlkit", "reference_bf16", "rlkit_bf16", "sb3"]
+    orders = [round_order(contenders, r) for r in range(8)]
+    assert orders[0] == contenders
+    assert all(sorted(o) == sorted(contenders) for o in orders)
+    assert len({o[0] for o in orders[:4]}) == 4  # the start moves round to round
+    for o in orders:  # each ratio's two processes run back to back
+        for a, b in (("reference", "rlkit"), ("reference_bf16", "rlkit_bf16")):
+            assert abs(o.index(a) - o.index(b)) == 1
+    firsts = [o.index("rlkit") < o.index("reference") for o in orders]
+    assert firsts[:4] == [False, True, False, True] and firsts[4:] == [True, False, True, False]
+    assert round_order(["raw_env", "reference", "rlkit"], 1) == ["rlkit", "reference", "raw_env"]
