@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from typing import Any
 
 import gymnasium as gym
@@ -68,6 +69,58 @@ def close_envs(env: gym.vector.VectorEnv) -> None:
         env.close(timeout=ENV_CLOSE_TIMEOUT_S)
     else:
         env.close()
+
+
+class EnvStart:
+    """A recipe's Atari vector env, built now and reset in a background thread.
+
+    ale-py's ``AtariVectorEnv`` resets its games in its C++ threads with the GIL released (its
+    constructor holds it), so a learner that starts its envs before importing torch and Lightning
+    and starting W&B has them reset by the time it needs them: about 0.7 s of Pong's start-up runs
+    beside the imports instead of after them. :meth:`take` waits for the reset (at most
+    ``RESET_TIMEOUT_S``) and hands over the env and its first observations; :meth:`close` closes an
+    env nobody took."""
+
+    RESET_TIMEOUT_S = 120.0
+
+    def __init__(self, cfg: EnvConfig, seed: int):
+        if not is_atari(cfg.id):
+            raise ValueError(f"EnvStart is for ALE's vector env, not {cfg.id}")
+        self.seed = seed
+        self._env: gym.vector.VectorEnv | None = make_vector_env(cfg, seed)
+        self._reset: tuple | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run_reset, name="rlkit-env-reset", daemon=True)
+        self._thread.start()
+
+    def _run_reset(self) -> None:
+        try:
+            self._reset = self._env.reset(seed=self.seed)
+        except BaseException as exc:  # handed to the thread that takes the env
+            self._error = exc
+
+    def _wait(self) -> None:
+        self._thread.join(self.RESET_TIMEOUT_S)
+        if self._thread.is_alive():
+            raise TimeoutError(f"the envs' reset did not finish within {self.RESET_TIMEOUT_S:.0f} s")
+
+    def take(self) -> tuple[gym.vector.VectorEnv, Any]:
+        """(the env, the observations of its reset); the env is the caller's from here."""
+        if self._env is None:
+            raise RuntimeError("EnvStart: the env was already taken or closed")
+        self._wait()
+        env, self._env = self._env, None
+        if self._error is not None:
+            close_envs(env)
+            raise self._error
+        obs, self._reset = self._reset[0], None
+        return env, obs
+
+    def close(self) -> None:
+        env, self._env = self._env, None
+        if env is not None:
+            self._wait()
+            close_envs(env)
 
 
 def _make_gym(cfg: EnvConfig, n: int) -> gym.vector.VectorEnv:

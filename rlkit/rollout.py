@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from rlkit.config import RunConfig
-from rlkit.envs import close_envs, is_atari, make_vector_env
+from rlkit.envs import EnvStart, close_envs, is_atari, make_vector_env
 from rlkit.models import ActorCritic
 
 
@@ -78,12 +78,17 @@ class ScoreKeeper:
 
 
 class LocalRollout:
-    """Steps ``env.num_envs`` envs for ``algo.rollout_len`` steps per batch, forever."""
+    """Steps ``env.num_envs`` envs for ``algo.rollout_len`` steps per batch, forever. ``started``:
+    the recipe's envs already built and resetting with ``seed`` (:class:`rlkit.envs.EnvStart`)."""
 
-    def __init__(self, recipe: RunConfig, model: ActorCritic, device: torch.device, seed: int):
+    def __init__(self, recipe: RunConfig, model: ActorCritic, device: torch.device, seed: int,
+                 started: EnvStart | None = None):
         self.recipe, self.model, self.device = recipe, model, device
-        self.env = make_vector_env(recipe.env, seed)
-        obs, _ = self.env.reset(seed=seed)
+        if started is not None and started.seed == seed:
+            self.env, obs = started.take()
+        else:
+            self.env = make_vector_env(recipe.env, seed)
+            obs, _ = self.env.reset(seed=seed)
         self.obs = torch.as_tensor(obs, device=device)
         self.keeper = ScoreKeeper(self.env.num_envs, recipe.env)
         self.action_shape = (self.env.num_envs, *(self.env.single_action_space.shape or ()))

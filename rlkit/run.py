@@ -106,12 +106,15 @@ def train(recipe_name: str, overrides: Iterable[str] = (), manager: RlkitPluginM
         hooks.configure()  # may still refuse the recipe: nothing is written before it agrees
         if run.launcher:  # launched learners read this folder (resume reads recipe.yaml): never rewrite it
             _write_run_dir(run)
+        if resume_from is None:  # a resumed run's envs get other seeds (ActorCriticModule.env_seed)
+            hooks.start_envs()  # they reset while torch and Lightning import
         return _fit(run, hooks, spaces, resume_from)
     except BaseException as exc:
         error = exc
         raise
     finally:
         end_startup()  # a run that failed before training must not leave the collector off
+        hooks.close_started_envs()
         hooks.wait_for_learners()
         hooks.unconfigure(error)
         manager.pm.unregister(communicator)

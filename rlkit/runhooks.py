@@ -19,6 +19,7 @@ class RunHooks:
         self.run = run
         self._layout: LearnerLayout | None = None
         self.strategy: Any = None
+        self._env_start: Any = None  # rlkit.envs.EnvStart, until the rollout source takes it
 
     @property
     def layout(self) -> LearnerLayout:
@@ -50,12 +51,33 @@ class RunHooks:
             if code is None:
                 print(f"rlkit: learner {rank} did not exit in time and was killed", file=sys.stderr)
 
+    def start_envs(self) -> None:
+        """Build the learner's Atari envs now and reset them in the background
+        (:class:`rlkit.envs.EnvStart`) where the default rollout source will take them: a new run of
+        one learner in this process, and no plugin that makes its own rollout source."""
+        from rlkit.envs import EnvStart, is_atari
+
+        cfg = self.run.recipe
+        if (self.layout.multi or not self.run.launcher or not is_atari(cfg.env.id)
+                or self.hook.rlkit_make_rollout_source.get_hookimpls()):
+            return
+        self._env_start = EnvStart(cfg.env, cfg.seed)
+
+    def close_started_envs(self) -> None:
+        """Close envs started early that no rollout source took (a run that failed before it)."""
+        started, self._env_start = self._env_start, None
+        if started is not None:
+            started.close()
+
     def make_rollout_source(self, module: "ActorCriticModule") -> Any:
         source = self.hook.rlkit_make_rollout_source(run=self.run, module=module)
+        started, self._env_start = self._env_start, None
         if source is None:
             from rlkit.rollout import LocalRollout
 
-            source = LocalRollout(self.run.recipe, module.model, module.device, module.env_seed())
+            source = LocalRollout(self.run.recipe, module.model, module.device, module.env_seed(), started)
+        if started is not None:
+            started.close()  # nothing to do where the source took the env
         return source
 
     def learner_start(self, module: "ActorCriticModule") -> None:
