@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import threading
 from typing import Any
 
@@ -117,10 +118,20 @@ class EnvStart:
         return env, obs
 
     def close(self) -> None:
+        """Close the env if nobody took it; never raises (it runs while a failed run cleans up). A
+        reset still running after ``RESET_TIMEOUT_S`` keeps its env: it ends with the process."""
         env, self._env = self._env, None
-        if env is not None:
-            self._wait()
+        if env is None:
+            return
+        self._thread.join(self.RESET_TIMEOUT_S)
+        if self._thread.is_alive():
+            print(f"rlkit: warning: the envs' reset did not finish within {self.RESET_TIMEOUT_S:.0f} s; "
+                  "left to end with the process", file=sys.stderr)
+            return
+        try:
             close_envs(env)
+        except Exception as exc:
+            print(f"rlkit: warning: closing the envs failed: {exc!r}", file=sys.stderr)
 
 
 def _make_gym(cfg: EnvConfig, n: int) -> gym.vector.VectorEnv:

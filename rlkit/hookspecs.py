@@ -102,6 +102,10 @@ def rlkit_make_rollout_source(run: "Run", module: "ActorCriticModule") -> Any:
     First non-None answer wins. When nobody answers: :class:`rlkit.rollout.LocalRollout`, the
     learner's own vectorised environments, acting with its live parameters.
 
+    Where no plugin implements this hook, a new single-learner Atari run builds its envs early and
+    resets them while torch and Lightning import (:class:`rlkit.envs.EnvStart`), and
+    ``LocalRollout`` takes them; a plugin that implements it gets no envs built for it.
+
     Called on: every learner process, once, when Lightning asks for the train dataloader (the
     module is already on its device and knows its rank).
     """
