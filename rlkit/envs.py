@@ -91,43 +91,51 @@ class EnvStart:
         self._env: gym.vector.VectorEnv | None = make_vector_env(cfg, seed)
         self._reset: tuple | None = None
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run_reset, name="rlkit-env-reset", daemon=True)
+        self._timed_out = False
+        self._thread = threading.Thread(target=self._run_reset, args=(self._env,), name="rlkit-env-reset",
+                                        daemon=True)
         self._thread.start()
 
-    def _run_reset(self) -> None:
+    def _run_reset(self, env: gym.vector.VectorEnv) -> None:
         try:
-            self._reset = self._env.reset(seed=self.seed)
+            self._reset = env.reset(seed=self.seed)
         except BaseException as exc:  # handed to the thread that takes the env
             self._error = exc
 
-    def _wait(self) -> None:
-        self._thread.join(self.RESET_TIMEOUT_S)
-        if self._thread.is_alive():
-            raise TimeoutError(f"the envs' reset did not finish within {self.RESET_TIMEOUT_S:.0f} s")
+    def _reset_done(self) -> bool:
+        """Waits for the reset, once at most ``RESET_TIMEOUT_S`` in all; False if it is still running."""
+        if not self._timed_out:
+            self._thread.join(self.RESET_TIMEOUT_S)
+            self._timed_out = self._thread.is_alive()
+        return not self._timed_out
 
     def take(self) -> tuple[gym.vector.VectorEnv, Any]:
         """(the env, the observations of its reset); the env is the caller's from here."""
         if self._env is None:
             raise RuntimeError("EnvStart: the env was already taken or closed")
-        self._wait()
+        if not self._reset_done():
+            raise TimeoutError(f"the envs' reset did not finish within {self.RESET_TIMEOUT_S:g} s")
         env, self._env = self._env, None
         if self._error is not None:
-            close_envs(env)
+            self._close(env)
             raise self._error
         obs, self._reset = self._reset[0], None
         return env, obs
 
     def close(self) -> None:
-        """Close the env if nobody took it; never raises (it runs while a failed run cleans up). A
-        reset still running after ``RESET_TIMEOUT_S`` keeps its env: it ends with the process."""
+        """Close the env if nobody took it, without raising (it runs while a failed run cleans up).
+        A reset still running after ``RESET_TIMEOUT_S`` keeps its env: it ends with the process."""
         env, self._env = self._env, None
         if env is None:
             return
-        self._thread.join(self.RESET_TIMEOUT_S)
-        if self._thread.is_alive():
-            print(f"rlkit: warning: the envs' reset did not finish within {self.RESET_TIMEOUT_S:.0f} s; "
+        if not self._reset_done():
+            print(f"rlkit: warning: the envs' reset did not finish within {self.RESET_TIMEOUT_S:g} s; "
                   "left to end with the process", file=sys.stderr)
             return
+        self._close(env)
+
+    @staticmethod
+    def _close(env: gym.vector.VectorEnv) -> None:
         try:
             close_envs(env)
         except Exception as exc:

@@ -79,7 +79,8 @@ class ScoreKeeper:
 
 class LocalRollout:
     """Steps ``env.num_envs`` envs for ``algo.rollout_len`` steps per batch, forever. ``started``:
-    the recipe's envs already built and resetting with ``seed`` (:class:`rlkit.envs.EnvStart`)."""
+    the recipe's envs already built and resetting (:class:`rlkit.envs.EnvStart`), taken only where
+    they were reset with ``seed``."""
 
     def __init__(self, recipe: RunConfig, model: ActorCritic, device: torch.device, seed: int,
                  started: EnvStart | None = None):

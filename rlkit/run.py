@@ -114,12 +114,12 @@ def train(recipe_name: str, overrides: Iterable[str] = (), manager: RlkitPluginM
         raise
     finally:
         end_startup()  # a run that failed before training must not leave the collector off
-        hooks.close_started_envs()
         hooks.wait_for_learners()
         hooks.unconfigure(error)
         manager.pm.unregister(communicator)
         if owns_env:
             os.environ.pop(RUN_DIR_ENV, None)
+        hooks.close_started_envs()  # last: it may wait for a reset (bounded)
 
 
 def _fit(run: Run, hooks: RunHooks, spaces, resume_from: Path | None = None) -> RunResult:

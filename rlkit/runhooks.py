@@ -70,15 +70,17 @@ class RunHooks:
             started.close()
 
     def make_rollout_source(self, module: "ActorCriticModule") -> Any:
-        source = self.hook.rlkit_make_rollout_source(run=self.run, module=module)
         started, self._env_start = self._env_start, None
-        if source is None:
-            from rlkit.rollout import LocalRollout
+        try:
+            source = self.hook.rlkit_make_rollout_source(run=self.run, module=module)
+            if source is None:
+                from rlkit.rollout import LocalRollout
 
-            source = LocalRollout(self.run.recipe, module.model, module.device, module.env_seed(), started)
-        if started is not None:
-            started.close()  # nothing to do where the source took the env
-        return source
+                source = LocalRollout(self.run.recipe, module.model, module.device, module.env_seed(), started)
+            return source
+        finally:
+            if started is not None:
+                started.close()  # nothing to do where the source took the env
 
     def learner_start(self, module: "ActorCriticModule") -> None:
         self.hook.rlkit_learner_start(run=self.run, module=module)

@@ -25,26 +25,31 @@ def test_envs_started_early_are_the_envs_a_direct_reset_gives():
     cfg = _pong()
     started = EnvStart(cfg.env, seed=3)
     early, obs = started.take()
-    direct = make_vector_env(cfg.env, 3)
+    direct, other = make_vector_env(cfg.env, 3), make_vector_env(cfg.env, 4)
     try:
         direct_obs, _ = direct.reset(seed=3)
+        other.reset(seed=4)
         np.testing.assert_array_equal(obs, direct_obs)
         actions = np.array([2, 3])
+        differs = False
         for _ in range(20):  # the same games from there on: the same seeds went into the resets
-            a, b = early.step(actions)[0], direct.step(actions)[0]
+            a, b, c = early.step(actions)[0], direct.step(actions)[0], other.step(actions)[0]
             np.testing.assert_array_equal(a, b)
+            differs |= bool((a != c).any())
+        assert differs, "control: another seed should give other frames"
     finally:
-        early.close()
-        direct.close()
+        for env in (early, direct, other):
+            env.close()
 
 
 class _FakeAtari:
     """Stands in for the AtariVectorEnv make_vector_env returns: a reset that fails or blocks."""
 
     def __init__(self, reset):
-        self._reset, self.closed = reset, 0
+        self._reset, self.closed, self.seeds = reset, 0, []
 
     def reset(self, seed=None):
+        self.seeds.append(seed)
         return self._reset()
 
     def close(self):
@@ -54,7 +59,7 @@ class _FakeAtari:
 def _start_with(monkeypatch, reset):
     fake = _FakeAtari(reset)
     monkeypatch.setattr("rlkit.envs.make_vector_env", lambda cfg, seed, num_envs=None: fake)
-    return EnvStart(_pong().env, seed=0), fake
+    return EnvStart(_pong().env, seed=7), fake
 
 
 def test_a_failed_reset_reaches_the_taker_and_the_env_is_closed(monkeypatch):
@@ -64,7 +69,7 @@ def test_a_failed_reset_reaches_the_taker_and_the_env_is_closed(monkeypatch):
     started, fake = _start_with(monkeypatch, fail)
     with pytest.raises(RuntimeError, match="ROM gone"):
         started.take()
-    assert fake.closed == 1
+    assert fake.seeds == [7] and fake.closed == 1
     started.close()  # nothing left to close
     assert fake.closed == 1
 
@@ -79,7 +84,7 @@ def test_a_reset_that_never_ends_is_a_timeout_not_a_hang(monkeypatch, capsys):
         stuck, stuck_env = _start_with(monkeypatch, lambda: (release.wait(30), {}))
         stuck.close()  # a failed run cleaning up: a warning, not a second error
         assert stuck_env.closed == 0
-        assert "reset did not finish within 0 s; left to end with the process" in capsys.readouterr().err
+        assert "reset did not finish within 0.2 s; left to end with the process" in capsys.readouterr().err
     finally:
         release.set()
 
@@ -112,8 +117,11 @@ def test_envs_start_early_only_where_the_default_rollout_source_will_take_them(t
     assert hooks._env_start is None
 
 
+@pytest.mark.slow
 def test_a_new_pong_run_trains_on_the_envs_it_started_early(tmp_path, monkeypatch):
-    taken = []
+    started, taken = [], []
+    init = EnvStart.__init__
+    monkeypatch.setattr(EnvStart, "__init__", lambda self, cfg, seed: started.append(seed) or init(self, cfg, seed))
     take = EnvStart.take
 
     def recording_take(self):
@@ -131,11 +139,12 @@ def test_a_new_pong_run_trains_on_the_envs_it_started_early(tmp_path, monkeypatc
                                       f"logging.root={tmp_path}", "logging.run_name=pong", "logging.backends=[csv]",
                                       "trainer.progress_bar=false"])
     assert result.agent_steps == 40
-    assert len(taken) == 1 and stepped and all(env is taken[0] for env in stepped)
+    assert started == [0] and len(taken) == 1 and stepped and all(env is taken[0] for env in stepped)
 
     # a resumed run's envs get other seeds (ActorCriticModule.env_seed): it builds them as before
     from rlkit.run import resume
 
     stepped.clear()
     resumed = resume(tmp_path / "pong", ["algo.total_steps=80"])
-    assert resumed.agent_steps == 80 and len(taken) == 1 and stepped and stepped[0] is not taken[0]
+    assert resumed.agent_steps == 80 and stepped
+    assert started == [0] and len(taken) == 1  # none started early for the resumed run
