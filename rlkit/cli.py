@@ -8,8 +8,8 @@ import os
 import sys
 from typing import Sequence
 
-from rlkit.errors import RunFailed, UserError
-from rlkit.startup import pause_collector, shorten_openmp_spin
+from rlkit.infra.errors import RunFailed, UserError
+from rlkit.infra.startup import pause_collector, shorten_openmp_spin
 
 
 class _Parser(argparse.ArgumentParser):
@@ -79,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parse(argv)
         if argv is None and args.command in ("run", "resume", "evaluate"):  # this process is the run's own
-            pause_collector()  # until training starts (rlkit/startup.py)
+            pause_collector()  # until training starts (rlkit/infra/startup.py)
             shorten_openmp_spin()  # before torch is loaded
         return _COMMANDS[args.command](args) or 0
     except UserError as exc:
@@ -119,7 +119,7 @@ def _say_once(line: str) -> None:
 
 
 def _run(args) -> int:
-    from rlkit.run import train
+    from rlkit.training.run import train
 
     result = train(args.recipe, args.overrides)
     if result.is_global_zero:  # one summary per run, not per learner process
@@ -128,7 +128,7 @@ def _run(args) -> int:
 
 
 def _resume(args) -> int:
-    from rlkit.run import resume
+    from rlkit.training.run import resume
 
     result = resume(args.run_dir, args.overrides)
     if result.is_global_zero:
@@ -143,9 +143,9 @@ def _env_id(run_dir) -> str:
 
 
 def _show(args) -> int:
-    from rlkit.manager import build_plugin_manager
-    from rlkit.recipes import to_yaml
-    from rlkit.run import prepare
+    from rlkit.hooks.manager import build_plugin_manager
+    from rlkit.config.recipes import to_yaml
+    from rlkit.training.run import prepare
 
     cfg, _, options = prepare(args.recipe, args.overrides, build_plugin_manager())
     print(to_yaml(cfg, options), end="")  # with every option of the communicator, its help and default
@@ -153,7 +153,7 @@ def _show(args) -> int:
 
 
 def _plugins(args) -> int:
-    from rlkit.manager import build_plugin_manager
+    from rlkit.hooks.manager import build_plugin_manager
 
     manager = build_plugin_manager()
     rows = []
@@ -172,7 +172,7 @@ def _plugins(args) -> int:
 def _recipes(args) -> int:
     import yaml
 
-    from rlkit.recipes import bundled_recipes
+    from rlkit.config.recipes import bundled_recipes
 
     rows = []
     for path in bundled_recipes():
@@ -190,7 +190,7 @@ def _table(header: tuple, rows: list[tuple]) -> None:
 
 
 def _evaluate(args) -> int:
-    from rlkit.evaluate import evaluate
+    from rlkit.commands.evaluate import evaluate
 
     if args.episodes < 1:
         raise UserError(f"--episodes: {args.episodes} is not allowed; must be >= 1")
@@ -201,7 +201,7 @@ def _evaluate(args) -> int:
 
 
 def _plot(args) -> int:
-    from rlkit.plot import plot_runs
+    from rlkit.commands.plot import plot_runs
 
     out = plot_runs(args.run_dirs, args.output, args.metric or ["episode/score"], args.x)
     print(f"wrote {out}")
@@ -209,13 +209,13 @@ def _plot(args) -> int:
 
 
 def _sweep(args) -> int:
-    from rlkit.sweep import sweep
+    from rlkit.commands.sweep import sweep
 
     return sweep(args.items, args.seeds, args.name, args.root, args.resume, args.cores)
 
 
 def _compare(args) -> int:
-    from rlkit.compare import compare
+    from rlkit.commands.compare import compare
 
     text, table, png = compare(args.paths, args.target, args.output)
     print(text)
@@ -225,11 +225,11 @@ def _compare(args) -> int:
 
 def _bench(args) -> int:
     if args.name == "core":
-        from rlkit.bench import run_core_bench
+        from rlkit.bench.core import run_core_bench
 
         run_core_bench(args.env, args.updates, args.device, args.json)
         return 0
-    from rlkit.bench_peers import run_peers_bench
+    from rlkit.bench.peers import run_peers_bench
 
     if args.device == "all":
         raise UserError("--device: peers runs on one device (cpu or cuda)")

@@ -15,7 +15,7 @@ TWO = ("placement.learners=2", "trainer.devices=2", "env.num_envs=4")
 def _average_worker(rank, world, port, out):
     import torch.distributed as dist
 
-    from rlkit.recipes import load_recipe, validate_options
+    from rlkit.config.recipes import load_recipe, validate_options
     from rlkit_allreduce import AllreduceConfig
     from rlkit_allreduce.communicator import AllreduceCommunicator
 
@@ -44,7 +44,7 @@ def test_averaged_gradient_is_the_mean_of_the_ranks_gradients(tmp_path):
 
 DUMP_PLUGIN = '''
 import os, torch
-from rlkit.plugin import hookimpl
+from rlkit.hooks.records import hookimpl
 
 def _dump(module, tag):
     path = os.path.join(os.environ["RLKIT_TEST_DUMP"], f"{tag}-rank{module.global_rank}.pt")

@@ -4,7 +4,7 @@ correctness on CartPole. No benchmark figure is asserted here."""
 import numpy as np
 import pytest
 
-from rlkit.bench_peers import (format_report, round_ratios, steady_sps, summarize, windows_from_csv_rows,
+from rlkit.bench.peers import (format_report, round_ratios, steady_sps, summarize, windows_from_csv_rows,
                                windows_from_update_times)
 
 
@@ -76,8 +76,8 @@ def test_the_cli_refuses_a_bad_bench_before_running_anything(capsys):
 
 
 def test_reference_loop_refuses_what_it_does_not_implement():
-    from rlkit.bench_reference import a2c
-    from rlkit.recipes import load_recipe
+    from rlkit.bench.reference import a2c
+    from rlkit.config.recipes import load_recipe
 
     with pytest.raises(ValueError, match="plain A2C"):
         a2c(load_recipe("a2c-cartpole-local", ["algo.gae_lambda=0.95"]), 40)
@@ -87,8 +87,8 @@ def test_reference_loop_refuses_what_it_does_not_implement():
 def test_reference_loop_learns_cartpole():
     import torch
 
-    from rlkit.bench_reference import a2c
-    from rlkit.recipes import load_recipe
+    from rlkit.bench.reference import a2c
+    from rlkit.config.recipes import load_recipe
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -103,7 +103,7 @@ def test_reference_loop_learns_cartpole():
 
 def test_each_contender_runs_the_recipe_its_own_way(monkeypatch, tmp_path):
     """bf16 contenders get the precision override, the loops their own modules, everyone the --set ones."""
-    import rlkit.bench_peers as bp
+    import rlkit.bench.peers as bp
 
     seen = {}
     monkeypatch.setattr(bp, "rlkit_contender", lambda recipe, ovr, *a: seen.setdefault(a[-1], ("cli", ovr)))
@@ -112,16 +112,16 @@ def test_each_contender_runs_the_recipe_its_own_way(monkeypatch, tmp_path):
     for c in ("reference", "reference_bf16", "rlkit", "rlkit_bf16", "sb3"):
         bp._measure(c, "a2c-pong-local", None, ["seed=3"], 800, "cpu", 10, 80, 10, tmp_path, 0)
     bf16 = "trainer.precision=bf16-mixed"
-    assert seen == {"reference-0": ("rlkit.bench_reference", ["seed=3"]),
-                    "reference_bf16-0": ("rlkit.bench_reference", ["seed=3", bf16]),
+    assert seen == {"reference-0": ("rlkit.bench.reference", ["seed=3"]),
+                    "reference_bf16-0": ("rlkit.bench.reference", ["seed=3", bf16]),
                     "rlkit-0": ("cli", ["seed=3"]), "rlkit_bf16-0": ("cli", ["seed=3", bf16]),
-                    "sb3-0": ("rlkit.bench_sb3", ["seed=3"])}
+                    "sb3-0": ("rlkit.bench.sb3", ["seed=3"])}
 
 
 def test_env_all_skips_minatar_when_it_is_not_installed(monkeypatch, capsys):
     import importlib.util
 
-    import rlkit.bench_peers as bp
+    import rlkit.bench.peers as bp
 
     ran = []
     monkeypatch.setattr(bp, "bench_one", lambda name, *a: ran.append(name) or {"summary": {}})
@@ -134,7 +134,7 @@ def test_env_all_skips_minatar_when_it_is_not_installed(monkeypatch, capsys):
 
 
 def test_rounds_rotate_and_keep_rlkit_beside_its_reference_loop():
-    from rlkit.bench_peers import round_order
+    from rlkit.bench.peers import round_order
 
     contenders = ["raw_env", "reference", "rlkit", "reference_bf16", "rlkit_bf16", "sb3"]
     orders = [round_order(contenders, r) for r in range(8)]

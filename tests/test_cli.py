@@ -79,7 +79,7 @@ def test_show_lists_every_option_of_the_communicator_with_its_default_and_help(t
 
     import yaml
 
-    from rlkit.manager import build_plugin_manager
+    from rlkit.hooks.manager import build_plugin_manager
 
     out = rlkit("show", "a2c-cartpole-gossip", "communication.options.graph=full")
     assert out.returncode == 0, out.stderr

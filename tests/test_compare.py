@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from rlkit.compare import compare, steps_to_target
-from rlkit.stats import iqm_estimate
+from rlkit.commands.compare import compare, steps_to_target
+from rlkit.commands.stats import iqm_estimate
 
 
 def make_run(folder, env_id, communicator, final, curve, sps=1000.0, finished=True):

@@ -19,8 +19,8 @@ QUIET = ["trainer.progress_bar=false", "logging.backends=[csv]", "algo.stop_at_s
 def test_nature_cnn_acts_and_trains_on_the_gpu_under_bf16_autocast():
     from gymnasium import spaces
 
-    from rlkit.config import ModelConfig
-    from rlkit.models import ActorCritic
+    from rlkit.config.schema import ModelConfig
+    from rlkit.learner.models import ActorCritic
 
     model = ActorCritic(spaces.Box(0, 255, (4, 84, 84), np.uint8), spaces.Discrete(6), ModelConfig(),
                         autocast_dtype=torch.bfloat16).cuda()
@@ -36,8 +36,8 @@ def test_nature_cnn_acts_and_trains_on_the_gpu_under_bf16_autocast():
 
 @pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
 def test_local_pong_runs_on_the_gpu(tmp_path, precision):
-    from rlkit.checkpoints import load_checkpoint
-    from rlkit.run import train
+    from rlkit.training.checkpoints import load_checkpoint
+    from rlkit.training.run import train
 
     result = train("a2c-pong-local", [*QUIET, "algo.total_steps=1600", "env.num_envs=4", f"logging.root={tmp_path}",
                                       f"trainer.precision={precision}"])
@@ -47,7 +47,7 @@ def test_local_pong_runs_on_the_gpu(tmp_path, precision):
 
 
 def test_queues_predictors_and_trainer_on_the_gpu(tmp_path):
-    from rlkit.run import train
+    from rlkit.training.run import train
 
     result = train("a2c-cartpole-queues", [*QUIET, "algo.total_steps=4000", f"logging.root={tmp_path}",
                                            "trainer.precision=bf16-mixed"])

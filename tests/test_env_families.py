@@ -7,16 +7,16 @@ import sys
 import gymnasium as gym
 import pytest
 
-from rlkit.config import EnvConfig
-from rlkit.envs import env_spaces, register_env_family
-from rlkit.errors import UserError
-from rlkit.manager import build_plugin_manager
-from rlkit.plugin import EnvFamilySpec, hookimpl
+from rlkit.config.schema import EnvConfig
+from rlkit.learner.envs import env_spaces, register_env_family
+from rlkit.infra.errors import UserError
+from rlkit.hooks.manager import build_plugin_manager
+from rlkit.hooks.records import EnvFamilySpec, hookimpl
 
 from test_plugins import install_fake, site  # noqa: F401  (the fixture)
 
 TOY = '''
-from rlkit.plugin import EnvFamilySpec, hookimpl
+from rlkit.hooks.records import EnvFamilySpec, hookimpl
 
 def register():
     import gymnasium as gym

@@ -1,5 +1,5 @@
 """A new single-learner Atari run builds its envs before importing torch and Lightning and resets
-them in a background thread (rlkit.envs.EnvStart, started by RunHooks.start_envs); the default
+them in a background thread (rlkit.learner.envs.EnvStart, started by RunHooks.start_envs); the default
 rollout source takes them. The early start must give the envs a direct reset gives, hand a
 failed or stuck reset to the taker, close what nobody took, and start only where the default
 source will use the envs."""
@@ -9,11 +9,11 @@ import threading
 import numpy as np
 import pytest
 
-from rlkit.envs import EnvStart, make_vector_env
-from rlkit.manager import build_plugin_manager
-from rlkit.run import RUN_COMMUNICATOR, prepare, train
-from rlkit.runhooks import RunHooks
-from rlkit.runtime import Run
+from rlkit.learner.envs import EnvStart, make_vector_env
+from rlkit.hooks.manager import build_plugin_manager
+from rlkit.training.run import RUN_COMMUNICATOR, prepare, train
+from rlkit.training.runhooks import RunHooks
+from rlkit.config.runtime import Run
 
 
 def _pong(num_envs=2):
@@ -58,7 +58,7 @@ class _FakeAtari:
 
 def _start_with(monkeypatch, reset):
     fake = _FakeAtari(reset)
-    monkeypatch.setattr("rlkit.envs.make_vector_env", lambda cfg, seed, num_envs=None: fake)
+    monkeypatch.setattr("rlkit.learner.envs.make_vector_env", lambda cfg, seed, num_envs=None: fake)
     return EnvStart(_pong().env, seed=7), fake
 
 
@@ -131,7 +131,7 @@ def test_a_new_pong_run_trains_on_the_envs_it_started_early(tmp_path, monkeypatc
 
     monkeypatch.setattr(EnvStart, "take", recording_take)
     stepped = []
-    from rlkit.rollout import LocalRollout
+    from rlkit.learner.rollout import LocalRollout
 
     collect = LocalRollout.collect
     monkeypatch.setattr(LocalRollout, "collect", lambda self: stepped.append(self.env) or collect(self))
@@ -142,7 +142,7 @@ def test_a_new_pong_run_trains_on_the_envs_it_started_early(tmp_path, monkeypatc
     assert started == [0] and len(taken) == 1 and stepped and all(env is taken[0] for env in stepped)
 
     # a resumed run's envs get other seeds (ActorCriticModule.env_seed): it builds them as before
-    from rlkit.run import resume
+    from rlkit.training.run import resume
 
     stepped.clear()
     resumed = resume(tmp_path / "pong", ["algo.total_steps=80"])

@@ -2,10 +2,10 @@ import numpy as np
 import pytest
 import torch
 
-from rlkit.envs import atari_game, env_spaces, make_vector_env
-from rlkit.models import ActorCritic
-from rlkit.recipes import load_recipe
-from rlkit.rollout import LocalRollout
+from rlkit.learner.envs import atari_game, env_spaces, make_vector_env
+from rlkit.learner.models import ActorCritic
+from rlkit.config.recipes import load_recipe
+from rlkit.learner.rollout import LocalRollout
 
 
 def test_atari_ids_map_to_ale_roms():
@@ -42,7 +42,7 @@ def test_closing_an_async_env_interrupted_mid_step_never_hangs(monkeypatch):
     import gymnasium as gym
     import numpy as np
 
-    import rlkit.envs as envs
+    import rlkit.learner.envs as envs
 
     monkeypatch.setattr(envs, "ENV_CLOSE_TIMEOUT_S", 1.0)
     env = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="async")

@@ -5,11 +5,11 @@ episodic life off."""
 import pytest
 import torch
 
-from rlkit.envs import env_spaces
-from rlkit.evaluate import evaluate
-from rlkit.models import ActorCritic
-from rlkit.recipes import load_recipe, to_container
-from rlkit.rollout import LocalRollout
+from rlkit.learner.envs import env_spaces
+from rlkit.commands.evaluate import evaluate
+from rlkit.learner.models import ActorCritic
+from rlkit.config.recipes import load_recipe, to_container
+from rlkit.learner.rollout import LocalRollout
 
 # a tiny CNN: the test is about the envs and the score keeping, not the network
 BREAKOUT = ["env.id=ALE/Breakout-v5", "env.num_envs=2", "model.cnn_channels=[2,2,2]", "model.cnn_hidden=8",

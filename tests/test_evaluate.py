@@ -7,11 +7,11 @@ import sys
 import pytest
 import torch
 
-from rlkit.envs import env_spaces
-from rlkit.errors import UserError
-from rlkit.evaluate import evaluate
-from rlkit.models import ActorCritic
-from rlkit.recipes import load_recipe, to_container
+from rlkit.learner.envs import env_spaces
+from rlkit.infra.errors import UserError
+from rlkit.commands.evaluate import evaluate
+from rlkit.learner.models import ActorCritic
+from rlkit.config.recipes import load_recipe, to_container
 
 # a tiny CNN on Breakout (short random games): the test is about which env is played, not the network
 TINY = ["env.id=ALE/Breakout-v5", "env.num_envs=2", "model.cnn_channels=[2,2,2]", "model.cnn_hidden=8",
@@ -55,7 +55,7 @@ def test_only_env_keys_may_change(tmp_path):
 
 
 def test_the_summary_counts_episodes_in_words():
-    from rlkit.evaluate import EvalReport
+    from rlkit.commands.evaluate import EvalReport
 
     one = EvalReport("CartPole-v1", [12.0], [12], 400).summary()
     assert one.startswith("CartPole-v1: 1 episode, raw score mean 12.0,"), one

@@ -1,5 +1,5 @@
 """scripts/gpu-check where it cannot run (no CUDA device: one line, exit 2, nothing written) and the
-rate it reports for a multi-learner run (benchmarks/csv_rate.py). The GPU sections themselves run
+rate it reports for a multi-learner run (rlkit/bench/studies/csv_rate.py). The GPU sections themselves run
 only on a CUDA host (tests/test_cuda.py is one of them)."""
 
 import csv
@@ -12,9 +12,8 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from csv_rate import steady_sps  # noqa: E402
+from rlkit.bench.studies.csv_rate import steady_sps
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this host has a CUDA device")
@@ -51,5 +50,5 @@ def test_one_learner_reads_metrics_csv_and_too_short_a_log_gives_none(tmp_path):
     assert steady_sps(str(tmp_path)) == pytest.approx(1000.0)
     write(tmp_path / "metrics.csv", [5.0, 900.0])
     assert steady_sps(str(tmp_path)) is None
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks/csv_rate.py"), str(tmp_path)], capture_output=True)
+    r = subprocess.run([sys.executable, str(ROOT / "rlkit/bench/studies/csv_rate.py"), str(tmp_path)], capture_output=True)
     assert r.returncode == 1

@@ -1,7 +1,7 @@
 """The exact order of run hooks in one short fit, pinned by a recording plugin."""
 
-from rlkit.manager import build_plugin_manager
-from rlkit.run import train
+from rlkit.hooks.manager import build_plugin_manager
+from rlkit.training.run import train
 from rlkit.testing import RecordingPlugin
 
 PER_UPDATE = ["rlkit_sync_gradients", "rlkit_after_optimizer_step"]
@@ -29,9 +29,9 @@ def test_hook_order_of_a_short_fit(tmp_path):
 def test_unconfigure_passes_only_the_arguments_an_implementation_names(tmp_path):
     """pluggy lets an implementation take a subset of the spec's arguments; unconfigure, which calls
     every implementation itself (so that one raising does not stop the others), must too."""
-    from rlkit.plugin import hookimpl
-    from rlkit.runhooks import RunHooks
-    from rlkit.runtime import Run
+    from rlkit.hooks.records import hookimpl
+    from rlkit.training.runhooks import RunHooks
+    from rlkit.config.runtime import Run
 
     released = []
 

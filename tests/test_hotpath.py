@@ -5,12 +5,12 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from rlkit.config import ModelConfig
-from rlkit.losses import a2c_loss, normalize, returns_and_advantages
-from rlkit.models import ActorCritic
-from rlkit.module import ActorCriticModule
-from rlkit.recipes import load_recipe
-from rlkit.rollout import Batch
+from rlkit.config.schema import ModelConfig
+from rlkit.learner.losses import a2c_loss, normalize, returns_and_advantages
+from rlkit.learner.models import ActorCritic
+from rlkit.learner.module import ActorCriticModule
+from rlkit.config.recipes import load_recipe
+from rlkit.hooks.batch import Batch
 
 PONG_SPACES = (spaces.Box(0, 255, (4, 84, 84), np.uint8), spaces.Discrete(6))
 CARTPOLE_SPACES = (spaces.Box(-np.inf, np.inf, (4,), np.float32), spaces.Discrete(2))
@@ -110,8 +110,8 @@ def test_bf16_mixed_recipe_sets_the_models_autocast():
 def test_cartpole_trains_under_bf16_mixed_and_parameters_stay_float32(tmp_path, quick):
     import csv
 
-    from rlkit.checkpoints import load_checkpoint
-    from rlkit.run import train
+    from rlkit.training.checkpoints import load_checkpoint
+    from rlkit.training.run import train
 
     before = ActorCriticModule(load_recipe("a2c-cartpole-local"), *CARTPOLE_SPACES).state_dict()
     result = train("a2c-cartpole-local", [*quick, "algo.total_steps=8000", "algo.stop_at_score=null",
@@ -142,7 +142,7 @@ def test_diagnostics_read_the_training_pass_by_hand(recipe, spaces_):
     """The diagnostics at the log interval come from the training pass's own outputs (no second
     forward): dead units counted on the body's output for the batch, values and returns as the loss
     saw them. Checked against a separate forward pass with a few units killed on purpose."""
-    from rlkit.losses import explained_variance
+    from rlkit.learner.losses import explained_variance
 
     torch.manual_seed(0)
     module = ActorCriticModule(load_recipe(recipe), *spaces_)

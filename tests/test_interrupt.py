@@ -48,9 +48,9 @@ def test_sigterm_checkpoints_and_stops_like_ctrl_c(tmp_path):
 # A run whose shutdown hangs (a plugin's learner_end sleeps): the second Ctrl-C must not wait for it.
 SLOW_SHUTDOWN = '''
 import sys, time
-from rlkit.manager import build_plugin_manager
-from rlkit.plugin import hookimpl
-from rlkit.run import train
+from rlkit.hooks.manager import build_plugin_manager
+from rlkit.hooks.records import hookimpl
+from rlkit.training.run import train
 
 
 def slow(*args):
@@ -113,7 +113,7 @@ def test_a_second_ctrl_c_exits_at_once_and_leaves_no_process(slow_part, tmp_path
 def test_terminal_ctrl_c_to_every_gossip_learner_lets_each_finish_its_checkpoint(tmp_path):
     """A terminal's Ctrl-C reaches every process of the foreground group: each learner stops on its
     own SIGINT (and the launcher's SIGTERM), and none is SIGKILLed while writing its checkpoint."""
-    from rlkit.checkpoints import load_checkpoint
+    from rlkit.training.checkpoints import load_checkpoint
 
     run_dir = tmp_path / "stop"
     proc = subprocess.Popen([sys.executable, "-m", "rlkit.cli", "run", "a2c-cartpole-gossip", "trainer.progress_bar=false",
@@ -139,7 +139,7 @@ def test_launcher_gives_learners_their_grace_before_sigkill():
     a learner still writing its checkpoint (here: 1.5 s to exit after SIGTERM) must get to finish."""
     from lightning.fabric.plugins.environments import LightningEnvironment
 
-    from rlkit.launchers import IndependentLauncher
+    from rlkit.training.launchers import IndependentLauncher
 
     slow = "import signal, sys, time\n" \
            "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(1.5), sys.exit(0)))\n" \
@@ -163,9 +163,9 @@ def test_launcher_gives_learners_their_grace_before_sigkill():
 # it resumes from is the state to keep, so no interrupted.ckpt is written over it.
 EARLY_CTRL_C = '''
 import sys
-from rlkit.manager import build_plugin_manager
-from rlkit.plugin import hookimpl
-from rlkit.run import resume
+from rlkit.hooks.manager import build_plugin_manager
+from rlkit.hooks.records import hookimpl
+from rlkit.training.run import resume
 
 
 class CtrlCInSetup:
@@ -183,7 +183,7 @@ if __name__ == "__main__":
 
 @pytest.mark.slow
 def test_ctrl_c_before_training_starts_keeps_the_checkpoint_it_resumes_from(tmp_path):
-    from rlkit.checkpoints import load_checkpoint
+    from rlkit.training.checkpoints import load_checkpoint
 
     run_dir = tmp_path / "stop"
     subprocess.run([sys.executable, "-m", "rlkit.cli", "run", "a2c-cartpole-local", *_args(tmp_path),

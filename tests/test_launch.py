@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from rlkit.run import write_atomic
+from rlkit.training.run import write_atomic
 from rlkit.testing import plugin_env, processes_of_run
 
 BASE = ["trainer.progress_bar=false", "logging.backends=[csv]", "algo.stop_at_score=null",
@@ -20,7 +20,7 @@ BASE = ["trainer.progress_bar=false", "logging.backends=[csv]", "algo.stop_at_sc
 # has written it), and every learner what it is when it starts training
 STAT_PLUGIN = '''
 import json, os
-from rlkit.plugin import hookimpl
+from rlkit.hooks.records import hookimpl
 
 def record(run, when, rank):
     st = os.stat(run.run_dir / "recipe.yaml")
@@ -40,7 +40,7 @@ def rlkit_learner_start(run, module):
 # learner 1 dies while it sets up, before it joins the process group
 DIE_PLUGIN = '''
 import os
-from rlkit.plugin import hookimpl
+from rlkit.hooks.records import hookimpl
 
 @hookimpl
 def rlkit_configure(run):
@@ -108,7 +108,7 @@ def test_a_learner_that_dies_before_the_process_group_forms_is_named(tmp_path):
 # collective fails) or hangs
 OBSERVED = '''
 import signal, subprocess, sys, time
-from rlkit.launchers import StopAwareObserver
+from rlkit.training.launchers import StopAwareObserver
 
 class Launcher:
     stopping = False

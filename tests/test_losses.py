@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from rlkit.losses import (a2c_loss, explained_variance, floored_log_prob, gae_advantages, nstep_returns,
+from rlkit.learner.losses import (a2c_loss, explained_variance, floored_log_prob, gae_advantages, nstep_returns,
                           returns_and_advantages, update_size)
 
 

@@ -1,4 +1,4 @@
-"""The learner keeps the memory it frees for its next update (rlkit/memory.py): a Nature-CNN train
+"""The learner keeps the memory it frees for its next update (rlkit/infra/memory.py): a Nature-CNN train
 step on Pong-sized batches then page-faults next to never, where glibc's defaults fault its buffers
 back in hundreds to thousands of times per step."""
 
@@ -14,9 +14,9 @@ STEPS = """
 import resource, sys
 import numpy as np, torch
 from gymnasium import spaces
-from rlkit.config import ModelConfig
-from rlkit.memory import keep_freed_memory
-from rlkit.models import ActorCritic
+from rlkit.config.schema import ModelConfig
+from rlkit.infra.memory import keep_freed_memory
+from rlkit.learner.models import ActorCritic
 if sys.argv[1] == "keep":
     assert keep_freed_memory()
 torch.set_num_threads(1)
@@ -55,20 +55,20 @@ def test_a_train_step_reuses_freed_memory_instead_of_faulting_it_back():
 
 
 def test_keep_freed_memory_reports_whether_it_changed_the_allocator():
-    from rlkit.memory import keep_freed_memory
+    from rlkit.infra.memory import keep_freed_memory
 
     assert keep_freed_memory() is GLIBC
 
 
 @pytest.mark.parametrize("reuse", [True, False])
 def test_a_run_sets_the_allocator_only_when_its_recipe_asks(tmp_path, monkeypatch, reuse):
-    import rlkit.run
-    from rlkit.recipes import load_recipe
+    import rlkit.training.run
+    from rlkit.config.recipes import load_recipe
 
     assert load_recipe("a2c-pong-local").trainer.reuse_freed_memory is True  # the default
     calls = []
-    monkeypatch.setattr(rlkit.run, "keep_freed_memory", lambda: calls.append(1) or True)
-    rlkit.run.train("a2c-cartpole-local", ["algo.total_steps=80", f"trainer.reuse_freed_memory={reuse}",
+    monkeypatch.setattr(rlkit.training.run, "keep_freed_memory", lambda: calls.append(1) or True)
+    rlkit.training.run.train("a2c-cartpole-local", ["algo.total_steps=80", f"trainer.reuse_freed_memory={reuse}",
                                            "trainer.progress_bar=false", "logging.backends=[csv]",
                                            f"logging.root={tmp_path}", "logging.run_name=alloc"])
     assert calls == ([1] if reuse else [])
@@ -77,11 +77,11 @@ def test_a_run_sets_the_allocator_only_when_its_recipe_asks(tmp_path, monkeypatc
 @pytest.mark.parametrize("ceiling,reuse,expected", [(True, True, [1]), (True, False, []), (False, True, [])])
 def test_the_reference_loop_treats_freed_memory_as_rlkit_does_and_sb3_as_its_users(monkeypatch, capsys,
                                                                                     ceiling, reuse, expected):
-    import rlkit.bench_reference as ref
-    import rlkit.memory
+    import rlkit.bench.reference as ref
+    import rlkit.infra.memory
 
     calls = []
-    monkeypatch.setattr(rlkit.memory, "keep_freed_memory", lambda: calls.append(1) or True)
+    monkeypatch.setattr(rlkit.infra.memory, "keep_freed_memory", lambda: calls.append(1) or True)
     monkeypatch.setattr(sys, "argv", ["bench", "a2c-cartpole-local", f"trainer.reuse_freed_memory={reuse}",
                                       "--steps", "8"])
     monkeypatch.setattr(ref.torch, "set_num_threads", lambda n: None)

@@ -12,12 +12,12 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from rlkit.config import EnvConfig, ModelConfig
-from rlkit.models import ActorCritic, MinAtarCNN
+from rlkit.config.schema import EnvConfig, ModelConfig
+from rlkit.learner.models import ActorCritic, MinAtarCNN
 
 
 def test_minatar_ids_work_in_a_fresh_process_with_no_import_step():
-    code = ("import sys; from rlkit.config import EnvConfig; from rlkit.envs import env_spaces;"
+    code = ("import sys; from rlkit.config.schema import EnvConfig; from rlkit.learner.envs import env_spaces;"
             "print(env_spaces(EnvConfig(id='MinAtar/Breakout-v1', num_envs=1)));"
             "print(env_spaces(EnvConfig(id='MinAtar/SpaceInvaders-v1', num_envs=1)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -78,14 +78,14 @@ def test_minatar_cnn_is_the_authors_network_on_channel_last_booleans():
 
 
 def test_minatar_cnn_refuses_observations_that_are_not_grids():
-    from rlkit.errors import UserError
+    from rlkit.infra.errors import UserError
 
     with pytest.raises(UserError, match=r"model.kind: minatar_cnn needs \[H, W, C\] observations"):
         ActorCritic(spaces.Box(-1, 1, (4,), np.float32), spaces.Discrete(2), ModelConfig(kind="minatar_cnn"))
 
 
 def random_policy_score(env_id: str, episodes: int = 400) -> float:
-    from rlkit.envs import make_vector_env
+    from rlkit.learner.envs import make_vector_env
 
     env = make_vector_env(EnvConfig(id=env_id, num_envs=16), seed=0)
     env.reset(seed=0)
@@ -105,7 +105,7 @@ def random_policy_score(env_id: str, episodes: int = 400) -> float:
 def test_a2c_learns_minatar_breakout_well_above_random(tmp_path):
     """80k agent steps (about 30 s on a free core): the last 100 episodes' mean is several times a
     random policy's (about 0.4 on Breakout-v1)."""
-    from rlkit.run import train
+    from rlkit.training.run import train
 
     random_score = random_policy_score("MinAtar/Breakout-v1")
     assert 0.2 < random_score < 0.6
@@ -119,7 +119,7 @@ def test_a2c_learns_minatar_breakout_well_above_random(tmp_path):
     # the checkpoint plays, and its first game renders (MinAtar draws floats, 1 pixel per cell)
     from PIL import Image
 
-    from rlkit.evaluate import evaluate
+    from rlkit.commands.evaluate import evaluate
 
     report = evaluate(str(result.run_dir / "checkpoints" / "last.ckpt"), 3, gif=str(tmp_path / "game.gif"))
     assert len(report.scores) == 3

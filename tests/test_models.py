@@ -3,8 +3,8 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from rlkit.config import ModelConfig
-from rlkit.models import ActorCritic
+from rlkit.config.schema import ModelConfig
+from rlkit.learner.models import ActorCritic
 
 
 def test_nature_cnn_on_uint8_frames():
@@ -38,7 +38,7 @@ def test_separate_mlp_bodies_when_not_shared():
 def test_a3c_cnn_is_ga3cs_network():
     from torch import nn
 
-    from rlkit.models import A3CCNN
+    from rlkit.learner.models import A3CCNN
 
     obs_space = spaces.Box(0, 255, (4, 84, 84), np.uint8)
     model = ActorCritic(obs_space, spaces.Discrete(6), ModelConfig(kind="a3c_cnn"))
@@ -69,8 +69,7 @@ def _conv_inputs(model, obs):
 
 @pytest.mark.parametrize("kind", ["cnn", "a3c_cnn"])
 def test_cnn_input_goes_channels_last_on_cpu_with_the_same_numbers(kind, monkeypatch):
-    from rlkit import models
-
+    from rlkit.learner import models
     obs_space = spaces.Box(0, 255, (4, 84, 84), np.uint8)
     torch.manual_seed(0)
     model = ActorCritic(obs_space, spaces.Discrete(6), ModelConfig(kind=kind))

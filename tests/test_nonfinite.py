@@ -8,11 +8,11 @@ import math
 import pytest
 import torch
 
-from rlkit.checkpoints import load_checkpoint
-from rlkit.errors import RunFailed
-from rlkit.manager import build_plugin_manager
-from rlkit.plugin import hookimpl
-from rlkit.run import train
+from rlkit.training.checkpoints import load_checkpoint
+from rlkit.infra.errors import RunFailed
+from rlkit.hooks.manager import build_plugin_manager
+from rlkit.hooks.records import hookimpl
+from rlkit.training.run import train
 
 
 class PoisonGradients:

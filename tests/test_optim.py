@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from rlkit.optim import TFRMSprop
+from rlkit.learner.optim import TFRMSprop
 
 
 def test_tf_rmsprop_steps_equal_hand_computed_ones():
@@ -41,8 +41,8 @@ def test_tf_rmsprop_first_step_is_small_where_pytorch_rmsprop_is_not():
 
 
 def test_tf_rmsprop_is_a_recipe_choice(tmp_path):
-    from rlkit.config import AlgoConfig
-    from rlkit.optim import make_optimizer
+    from rlkit.config.schema import AlgoConfig
+    from rlkit.learner.optim import make_optimizer
 
     algo = AlgoConfig(optimizer="rmsprop_tf", lr=3e-4, eps=0.1, alpha=0.99)
     opt = make_optimizer([torch.nn.Parameter(torch.zeros(2))], algo)
@@ -55,7 +55,7 @@ def test_tf_eps_inside_the_root_shrinks_steady_state_steps_for_small_gradients()
     forgotten its start, a weight whose gradients are ~1e-5 (the median fc weight of a Pong run)
     moves lr * g / sqrt(g^2 + eps) ~ lr * 0.003 with eps 1e-5 inside the root, against ~lr for
     PyTorch's RMSprop (eps outside the root)."""
-    from rlkit.losses import update_size
+    from rlkit.learner.losses import update_size
 
     steps = {}
     for name, cls in (("torch", torch.optim.RMSprop), ("tf", TFRMSprop)):

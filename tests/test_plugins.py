@@ -6,13 +6,13 @@ import textwrap
 
 import pytest
 
-from rlkit.errors import UserError
-from rlkit.manager import build_plugin_manager
-from rlkit.plugin import hookimpl
+from rlkit.infra.errors import UserError
+from rlkit.hooks.manager import build_plugin_manager
+from rlkit.hooks.records import hookimpl
 
 GOOD = '''
 from dataclasses import dataclass
-from rlkit.plugin import CommunicatorSpec, hookimpl
+from rlkit.hooks.records import CommunicatorSpec, hookimpl
 
 @dataclass
 class Options:
@@ -108,7 +108,7 @@ def test_a_misspelled_hook_is_an_error_naming_the_hook_and_the_plugin():
         manager.pm.register(Misspelled(), name="rlkit-run-communicator")
     message = str(err.value)
     assert message == (f"plugin 'rlkit-run-communicator' ({__name__}.Misspelled): unknown hook 'rlkit_metric'; "
-                       "did you mean 'rlkit_metrics'? (rlkit/hookspecs.py declares every hook)")
+                       "did you mean 'rlkit_metrics'? (rlkit/hooks/hookspecs.py declares every hook)")
     assert manager.pm.get_plugin("rlkit-run-communicator") is None, "the plugin is unregistered again"
     manager.pm.check_pending()  # nothing of it is left behind
 

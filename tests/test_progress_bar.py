@@ -40,7 +40,7 @@ def test_the_bar_draws_at_most_ten_times_a_second_and_always_the_last_update(mon
 
     from lightning.pytorch.callbacks import RichProgressBar
 
-    from rlkit.trainer import UpdatesProgressBar
+    from rlkit.training.trainer import UpdatesProgressBar
 
     drawn = []
     monkeypatch.setattr(RichProgressBar, "on_train_batch_end", lambda self, t, m, o, b, i: drawn.append(i + 1))
@@ -59,7 +59,7 @@ def test_the_bar_shows_the_last_update_where_a_run_stops_early_or_is_stopped(mon
 
     from lightning.pytorch.callbacks import RichProgressBar
 
-    from rlkit.trainer import UpdatesProgressBar
+    from rlkit.training.trainer import UpdatesProgressBar
 
     shown = []
     monkeypatch.setattr(RichProgressBar, "on_train_epoch_end", lambda self, t, m: None)

@@ -34,9 +34,9 @@ def rlkit_imports(path: Path) -> list[tuple[int, str]]:
 def test_the_check_sees_plugins_and_catches_a_private_import(tmp_path):
     assert len(PLUGIN_SOURCES) >= 10, PLUGIN_SOURCES  # every built-in plugin's modules, not an empty glob
     sneaky = tmp_path / "p.py"
-    sneaky.write_text("import os\nfrom rlkit.api import hookimpl\n\ndef f():\n    from rlkit.strategies import X\n"
-                      "import rlkit.module as m\nfrom rlkit import config\n")
-    assert rlkit_imports(sneaky) == [(2, "rlkit.api"), (5, "rlkit.strategies"), (6, "rlkit.module"),
+    sneaky.write_text("import os\nfrom rlkit.api import hookimpl\n\ndef f():\n    from rlkit.training.strategies import X\n"
+                      "import rlkit.learner.module as m\nfrom rlkit import config\n")
+    assert rlkit_imports(sneaky) == [(2, "rlkit.api"), (5, "rlkit.training.strategies"), (6, "rlkit.learner.module"),
                                      (7, "rlkit"), (7, "rlkit.config")]
 
 

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from rlkit.errors import RunFailed
-from rlkit.models import ActorCritic
-from rlkit.recipes import load_recipe, validate_options
+from rlkit.infra.errors import RunFailed
+from rlkit.learner.models import ActorCritic
+from rlkit.config.recipes import load_recipe, validate_options
 from rlkit_queues import QueuesConfig
 from rlkit_queues.actor import Shared
 from rlkit_queues.pipeline import ActorHandle, Inbox, Pipeline, Shape
@@ -83,7 +83,7 @@ def pipeline(**options):
     recipe = load_recipe("a2c-cartpole-queues", ["env.num_envs=3"])  # 3 columns: 2-env segments get split
     o = validate_options(QueuesConfig, {"actors": 3, "envs_per_actor": 2, "tune": False, "timeout_s": 30, **options},
                          "communication.options")
-    from rlkit.envs import env_spaces
+    from rlkit.learner.envs import env_spaces
 
     obs_space, action_space = env_spaces(recipe.env)
     model = ActorCritic(obs_space, action_space, recipe.model)
@@ -151,8 +151,8 @@ def test_an_actor_process_imports_no_lightning():
     import subprocess
     import sys
 
-    code = ("import sys, rlkit_queues.actor, rlkit.envs, rlkit.rollout\n"
-            "from rlkit.processes import die_with_parent\n"
+    code = ("import sys, rlkit_queues.actor, rlkit.learner.envs, rlkit.learner.rollout\n"
+            "from rlkit.infra.processes import die_with_parent\n"
             "print(sorted(m for m in ('lightning', 'torch.distributed.fsdp') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

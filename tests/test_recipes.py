@@ -2,10 +2,10 @@ from pathlib import Path
 
 import pytest
 
-from rlkit.errors import UserError
-from rlkit.manager import build_plugin_manager
-from rlkit.recipes import bundled_recipes, load_recipe
-from rlkit.run import prepare
+from rlkit.infra.errors import UserError
+from rlkit.hooks.manager import build_plugin_manager
+from rlkit.config.recipes import bundled_recipes, load_recipe
+from rlkit.training.run import prepare
 
 ROOT = Path(__file__).resolve().parent.parent
 ALL_RECIPES = bundled_recipes() + sorted((ROOT / "docs").rglob("recipes/*.yaml"))

@@ -13,10 +13,10 @@ import time
 import pytest
 import torch
 
-from rlkit import rng
-from rlkit.manager import build_plugin_manager
-from rlkit.plugin import hookimpl
-from rlkit.run import resume
+from rlkit.learner import rng
+from rlkit.hooks.manager import build_plugin_manager
+from rlkit.hooks.records import hookimpl
+from rlkit.training.run import resume
 
 
 class Snapshot:
@@ -89,7 +89,7 @@ def test_killed_run_resumes_exactly_and_solves(tmp_path):
 
 
 def test_newest_first_orders_by_stored_update_not_mtime(tmp_path):
-    from rlkit.checkpoints import newest_first
+    from rlkit.training.checkpoints import newest_first
 
     paths = []
     for i, step in enumerate([30, 10, 20]):

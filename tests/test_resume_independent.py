@@ -16,7 +16,7 @@ from rlkit.testing import plugin_env, processes_of_run
 # model parameters as they are when training (re)starts, after the checkpoint has been restored.
 DUMP_PLUGIN = '''
 import os, torch
-from rlkit.plugin import hookimpl
+from rlkit.hooks.records import hookimpl
 
 @hookimpl
 def rlkit_learner_start(run, module):

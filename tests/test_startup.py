@@ -1,5 +1,5 @@
 """A process the CLI starts sets itself up with the cyclic collector paused and trains with the
-start-up heap frozen (rlkit/startup.py); a program that calls ``train`` keeps its collector as it
+start-up heap frozen (rlkit/infra/startup.py); a program that calls ``train`` keeps its collector as it
 was; and a run's process ends without anything left over from the frozen heap, and without warnings."""
 
 import gc
@@ -9,25 +9,25 @@ import sys
 
 import pytest
 
-from rlkit.run import train
+from rlkit.training.run import train
 
 # Runs `rlkit run ...` as the CLI entry point does (main() reads sys.argv), and reports the
 # collector's state when the first env is made (the spaces check, during start-up) and at the first
 # update (training).
 PROBE = r"""
 import gc, sys
-import rlkit.envs, rlkit.module
+import rlkit.learner.envs, rlkit.learner.module
 seen = {}
-make = rlkit.envs.make_vector_env
+make = rlkit.learner.envs.make_vector_env
 def probed_make(*a, **k):
     seen.setdefault("startup", (gc.isenabled(), gc.get_freeze_count()))
     return make(*a, **k)
-rlkit.envs.make_vector_env = probed_make
-step = rlkit.module.ActorCriticModule.training_step
+rlkit.learner.envs.make_vector_env = probed_make
+step = rlkit.learner.module.ActorCriticModule.training_step
 def probed_step(self, dataloader_iter):
     seen.setdefault("training", (gc.isenabled(), gc.get_freeze_count()))
     return step(self, dataloader_iter)
-rlkit.module.ActorCriticModule.training_step = probed_step
+rlkit.learner.module.ActorCriticModule.training_step = probed_step
 from rlkit.cli import main
 sys.argv = ["rlkit", *sys.argv[1:]]
 rc = main()
@@ -76,9 +76,9 @@ def test_main_called_with_arguments_is_a_library_call_and_keeps_the_collector(tm
 
 
 def test_a_run_that_fails_before_training_turns_the_collector_back_on(tmp_path):
-    code = ("import gc, rlkit.module; from rlkit.run import train; from rlkit.startup import pause_collector\n"
+    code = ("import gc, rlkit.learner.module; from rlkit.training.run import train; from rlkit.infra.startup import pause_collector\n"
             "def boom(self): raise RuntimeError('no training')\n"
-            "rlkit.module.ActorCriticModule.on_train_start = boom\n"
+            "rlkit.learner.module.ActorCriticModule.on_train_start = boom\n"
             "assert pause_collector() and not gc.isenabled()\n"
             "try:\n"
             "    train('a2c-cartpole-local', ['algo.total_steps=80', 'trainer.progress_bar=false',\n"
@@ -92,7 +92,7 @@ def test_a_run_that_fails_before_training_turns_the_collector_back_on(tmp_path):
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
 def test_a_process_forked_during_start_up_collects_again(tmp_path):
     # gymnasium's async vector env forks its workers while the run sets up
-    code = ("import gc, os; from rlkit.startup import pause_collector\n"
+    code = ("import gc, os; from rlkit.infra.startup import pause_collector\n"
             "assert pause_collector()\n"
             "pid = os.fork()\n"
             "if pid == 0:\n"
@@ -110,7 +110,7 @@ def test_a_program_that_calls_train_keeps_its_collector(tmp_path):
 
 
 def test_end_startup_does_nothing_unless_the_collector_was_paused_by_pause_collector():
-    code = ("import gc; from rlkit.startup import pause_collector, end_startup\n"
+    code = ("import gc; from rlkit.infra.startup import pause_collector, end_startup\n"
             "assert end_startup() is False and gc.isenabled() and gc.get_freeze_count() == 0\n"
             "gc.disable(); assert pause_collector() is False; assert end_startup() is False and not gc.isenabled()\n"
             "gc.enable(); assert pause_collector() is True and not gc.isenabled()\n"
@@ -131,13 +131,13 @@ def test_a_pong_run_ends_without_leak_reports_or_warnings(tmp_path):
                    "logging.run_name=pong")
     assert out.returncode == 0, out.stderr[-3000:]
     assert "leaked" not in out.stderr, out.stderr[-3000:]
-    # nor W&B's warning about the `anonymous` setting Lightning passes (rlkit/trainer.py drops it)
+    # nor W&B's warning about the `anonymous` setting Lightning passes (rlkit/training/trainer.py drops it)
     assert "WARNING" not in out.stderr and "Traceback" not in out.stderr, out.stderr[-3000:]
 
 
 EVAL_PROBE = r"""
 import gc, sys
-import rlkit.evaluate as ev
+import rlkit.commands.evaluate as ev
 seen = {}
 load = ev.load_checkpoint
 def probed_load(*a, **k):
@@ -181,7 +181,7 @@ def test_evaluate_sets_up_with_the_collector_paused_and_plays_with_the_start_up_
 # an installed plugin that records, when training starts, the OpenMP spin setting the process has
 SPIN_PLUGIN = '''
 import os
-from rlkit.plugin import hookimpl
+from rlkit.hooks.records import hookimpl
 
 @hookimpl
 def rlkit_learner_start(run, module):
@@ -209,7 +209,7 @@ def test_the_cli_shortens_openmp_spinning_unless_the_user_chose(tmp_path, user, 
 def test_a_process_that_has_loaded_torch_keeps_its_openmp_setting(monkeypatch):
     import torch  # noqa: F401  (libgomp has read its settings)
 
-    from rlkit.startup import shorten_openmp_spin
+    from rlkit.infra.startup import shorten_openmp_spin
 
     monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)

@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from rlkit.stats import iqm, iqm_band, iqm_estimate, iqm_rows, mean_rows, stratified_bootstrap_ci
+from rlkit.commands.stats import iqm, iqm_band, iqm_estimate, iqm_rows, mean_rows, stratified_bootstrap_ci
 
 X = [1.0, 3.5, 4.0, 7.0, 12.0]
 

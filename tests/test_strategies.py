@@ -6,7 +6,7 @@ import time
 import pytest
 import torch.distributed as dist
 
-from rlkit.strategies import STOP_KEY, LearnerProcesses, default_store
+from rlkit.training.strategies import STOP_KEY, LearnerProcesses, default_store
 
 
 @pytest.fixture

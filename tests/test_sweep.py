@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from rlkit.errors import UserError
-from rlkit.processes import descendants
-from rlkit.sweep import open_sweep, parse_seeds
+from rlkit.infra.errors import UserError
+from rlkit.infra.processes import descendants
+from rlkit.commands.sweep import open_sweep, parse_seeds
 
 TINY = ["algo.total_steps=12000", "checkpoint.every_steps=400", "algo.stop_at_score=null", "logging.backends=[csv]",
         "trainer.log_every_n_updates=20"]
@@ -68,7 +68,7 @@ def test_bad_sweep_input_is_one_line_exit_2(args, needle, tmp_path):
 def test_a_sweep_folder_runs_one_sweep_at_a_time(tmp_path):
     import fcntl
 
-    from rlkit.sweep import sweep
+    from rlkit.commands.sweep import sweep
 
     plan, folder = open_sweep(["a2c-cartpole-local"], None, "s", str(tmp_path), None)
     folder.mkdir()

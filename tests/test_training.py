@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from rlkit.checkpoints import load_checkpoint
-from rlkit.evaluate import evaluate
-from rlkit.plugin import hookimpl
-from rlkit.run import train
+from rlkit.training.checkpoints import load_checkpoint
+from rlkit.commands.evaluate import evaluate
+from rlkit.hooks.records import hookimpl
+from rlkit.training.run import train
 from rlkit.testing import read_wandb_history
 
 
@@ -76,7 +76,7 @@ class ClipWitness:
 
     @hookimpl
     def rlkit_make_rollout_source(self, run, module):
-        from rlkit.rollout import LocalRollout
+        from rlkit.learner.rollout import LocalRollout
 
         source = LocalRollout(run.recipe, module.model, module.device, module.env_seed())
         n = source.env.num_envs
@@ -113,7 +113,7 @@ def test_scores_are_raw_game_scores_while_the_learner_learns_clipped_rewards(tmp
     """SpaceInvaders pays 5..30 per invader (200 for the mothership), so a game's raw score is not
     the count of its rewards: scores computed from the clipped (sign) rewards would equal the
     learned sums below and fail. An untrained agent's game ends after ~300-700 agent steps."""
-    from rlkit.manager import build_plugin_manager
+    from rlkit.hooks.manager import build_plugin_manager
 
     witness, manager = ClipWitness(), build_plugin_manager()
     manager.pm.register(witness, name="clip-witness")

@@ -1,5 +1,5 @@
 """W&B's start-up inside a run: wandb.init does not import W&B's launch package where no launch-job
-input can have been staged (0.3 s of every run's start, rlkit/trainer.py), and staged inputs are
+input can have been staged (0.3 s of every run's start, rlkit/training/trainer.py), and staged inputs are
 still applied where they can exist."""
 
 import glob
@@ -12,7 +12,7 @@ from rlkit.testing import read_wandb_history
 
 RUN = """
 import json, sys
-from rlkit.run import train
+from rlkit.training.run import train
 result = train("a2c-cartpole-local", ["algo.total_steps=400", "trainer.progress_bar=false",
                "trainer.log_every_n_updates=5", "logging.root=" + sys.argv[1], "logging.run_name=w",
                "logging.backends=[csv,wandb]"])
@@ -34,8 +34,7 @@ def test_a_run_logs_to_wandb_without_importing_wandbs_launch_package(tmp_path):
 def test_staged_launch_inputs_are_still_applied_where_they_can_exist(monkeypatch):
     from wandb.sdk.wandb_run import Run
 
-    from rlkit import trainer
-
+    from rlkit.training import trainer
     applied = []
     monkeypatch.setattr(Run, "_detect_and_apply_job_inputs", lambda self: applied.append(self))
     trainer._skip_unstaged_launch_inputs()

@@ -1,5 +1,5 @@
 """GossipCommunicator: the run hooks of GALA-A2C. Learners are the ranks of an independent
-:class:`~rlkit.strategies.LearnerProcesses` layout (no collective during training); after each
+:class:`~rlkit.training.strategies.LearnerProcesses` layout (no collective during training); after each
 optimizer step the parameters go through :class:`~rlkit_gossip.protocol.GossipAgent`.
 
 Consensus distance (the paper's epsilon-ball) is measured without stopping anyone: every

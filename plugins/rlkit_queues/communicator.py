@@ -33,12 +33,11 @@ class QueuesCommunicator:
     def rlkit_make_rollout_source(self, run, module):
         from rlkit_queues.pipeline import Pipeline, Shape
 
-        model = module.model
-        obs_space = model.obs_space
-        action_shape = () if model.discrete else tuple(model.action_space.shape)
+        obs_space = module.observation_space
+        action_shape = () if module.discrete else tuple(module.action_space.shape)
         shape = Shape(tuple(obs_space.shape), _torch_dtype(obs_space.dtype), action_shape,
-                      "int64" if model.discrete else "float32", run.recipe.env.num_envs)
-        self.pipeline = Pipeline(run.recipe, self.options, shape, model, module.device,
+                      "int64" if module.discrete else "float32", run.recipe.env.num_envs)
+        self.pipeline = Pipeline(run.recipe, self.options, shape, module.model, module.device,
                                  lambda: module.global_step, module.env_seed()).start(self.resumed)
         return self.pipeline
 

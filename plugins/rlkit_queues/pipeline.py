@@ -20,7 +20,7 @@ from typing import Callable
 
 import torch
 
-from rlkit.api import RunFailed
+from rlkit.api import RunFailed, worker_modules
 from rlkit_queues.actor import FILLING, FREE, QUEUED, ActorPlan, Bye, Shared, actor_main
 from rlkit_queues.tuner import Knob, Tuner
 from rlkit_queues.workers import Assembled, Predictor, Stats, Trainer, Worker, timed_get
@@ -99,8 +99,7 @@ class Pipeline:
         self.ctx = mp.get_context("forkserver")
         # What every actor imports, imported once by the forkserver, not by each of 32 actors. A
         # spawned child also re-runs the imports of the main script: keep those light (the CLI's are).
-        self.ctx.set_forkserver_preload(["torch", "gymnasium", "ale_py", "rlkit.envs", "rlkit.rollout",
-                                         "rlkit_queues.actor"])
+        self.ctx.set_forkserver_preload(["torch", "gymnasium", "ale_py", *worker_modules(), "rlkit_queues.actor"])
         T, E = recipe.algo.rollout_len, options.envs_per_actor
         self.shared = Shared.allocate(options.max_actors, options.slots_per_actor, T, E, shape.obs_shape,
                                       shape.obs_dtype)

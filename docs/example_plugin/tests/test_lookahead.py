@@ -6,10 +6,10 @@ import pytest
 import torch
 
 import rlkit_lookahead
-from rlkit.errors import UserError
-from rlkit.manager import build_plugin_manager
-from rlkit.recipes import build_config, validate_options
-from rlkit.runtime import Run
+from rlkit.infra.errors import UserError
+from rlkit.hooks.manager import build_plugin_manager
+from rlkit.config.recipes import build_config, validate_options
+from rlkit.config.runtime import Run
 from rlkit.testing import configure_run
 from rlkit_lookahead import LookaheadConfig
 from rlkit_lookahead.communicator import LookaheadCommunicator, lookahead_update

@@ -1,0 +1,50 @@
+"""Learner topologies: how a run's learner processes are laid out and what they may wait for.
+
+A communicator declares the layout it needs (hook ``rlkit_learner_layout``); the core checks the
+recipe's placement against it once (``rlkit.training.placement``), builds the Lightning strategy, shares episode scores, stops the
+run and writes checkpoints the way the topology allows. Plugins never build strategies.
+
+* ``single``: one learner process (``local``, ``queues``: its helpers are the plugin's own).
+* ``synchronous``: K learner processes that step together. Every learner runs the same sequence of
+  updates, so a collective inside a per-update hook (``rlkit_sync_gradients``,
+  ``rlkit_after_optimizer_step``) meets its peers; the core shares episode scores each update (one
+  score window, one stop decision) and checkpoints learner 0's state. A protocol whose learners
+  each step their own optimizer on their own gradients (local SGD) sets ``own_optimizer_state``:
+  learner r > 0 then also keeps its optimizer state beside each checkpoint and resumes it.
+* ``independent``: K learner processes that never wait for each other (gossip). No collective may
+  be used after start-up; each learner keeps its own score window, checkpoints and resume state,
+  and a stop asked by one learner reaches the others through the run's key-value store.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Topology(str, Enum):
+    SINGLE = "single"
+    SYNCHRONOUS = "synchronous"
+    INDEPENDENT = "independent"
+
+
+@dataclass(frozen=True)
+class LearnerLayout:
+    """What a communicator needs from the core. ``backend`` is the process group's (``auto``: gloo
+    on CPU, nccl on GPU); ``timeout_s`` bounds every collective; ``child_grace_s`` is how long the
+    launching process waits for independent learners at the end before it kills them;
+    ``min_learners`` is the fewest learners the protocol makes sense with. ``own_optimizer_state``
+    (synchronous only): each learner's optimizer state is its own and is saved and resumed per
+    learner (``checkpoints/learner<r>/<checkpoint name>``); without it every learner resumes
+    learner 0's, which is right where the learners step on the same gradients (allreduce)."""
+
+    topology: Topology = Topology.SINGLE
+    backend: str = "auto"
+    timeout_s: float = 1800.0
+    child_grace_s: float = 60.0
+    min_learners: int = 1
+    own_optimizer_state: bool = False
+
+    @property
+    def multi(self) -> bool:
+        return self.topology is not Topology.SINGLE

@@ -1,0 +1,238 @@
+"""The Lightning Trainer of a run: loggers, checkpoints, progress bar, strategy from the hooks."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint, RichProgressBar
+
+from rlkit.hooks.layout import Topology
+from rlkit.infra.processes import exit_at_once_on_next_interrupt
+from rlkit.config.recipes import to_container
+from rlkit.training.runhooks import RunHooks
+from rlkit.config.runtime import Run
+from rlkit.config.schema import RunConfig
+
+
+def quiet_lightning() -> None:
+    """Lightning's start-up banner lines (GPU available, ...) are noise for a CLI user."""
+    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    # Warnings about choices rlkit makes on purpose (see docs/architecture.md).
+    for pattern in (".*dataloader_iter.*", ".*ModelCheckpoint with manual optimization.*", ".*LeafSpec.*",
+                    ".*does not have many workers.*", ".*`IterableDataset` has `__len__`.*",
+                    ".*exists and is not empty.*"):
+        warnings.filterwarnings("ignore", message=pattern)
+
+
+def checkpoint_every(cfg: RunConfig) -> int:
+    """Updates between periodic checkpoints."""
+    per_update = cfg.steps_per_update() * cfg.placement.learners
+    return max(1, math.ceil(cfg.checkpoint.every_steps / per_update))
+
+
+def build_trainer(run: Run, hooks: RunHooks, resume_step: int | None = None) -> pl.Trainer:
+    quiet_lightning()
+    cfg = run.recipe
+    t = cfg.trainer
+    callbacks: list[Callback] = [
+        ModelCheckpoint(dirpath=run.checkpoint_dir, filename="update-{step}",
+                        auto_insert_metric_name=False, every_n_train_steps=checkpoint_every(cfg),
+                        monitor="step", mode="max", save_top_k=cfg.checkpoint.keep),
+        FinalCheckpoint(run.checkpoint_dir),
+    ]
+    if t.progress_bar:
+        callbacks.append(UpdatesProgressBar(leave=True))
+    return pl.Trainer(
+        accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes, precision=t.precision,
+        strategy=hooks.make_strategy(), max_steps=cfg.updates_per_learner(), max_epochs=-1,
+        logger=build_loggers(run, resume_step), callbacks=callbacks, log_every_n_steps=1,
+        enable_progress_bar=t.progress_bar, enable_model_summary=False, num_sanity_val_steps=0,
+        use_distributed_sampler=False, default_root_dir=str(run.run_dir), benchmark=False)
+
+
+class UpdatesProgressBar(RichProgressBar):
+    """Lightning's rich bar, counting the run's updates against its total: "updates 31,250/37,500".
+    Lightning's own counts the batches of the current epoch, which restart at 0 when a run resumes
+    (a resumed run showed 6250/6249), and titles a run without epochs "Epoch 0/-2".
+
+    It redraws at most ``DRAW_HZ`` times a second. Lightning's bar updates its count and metrics after
+    every batch and has rich redraw 100 times a second: a CartPole learner makes 300 updates a
+    second, and the bar's per-update work was 4% of a cProfile of its training loop; the eye needs
+    no more than 10."""
+
+    DRAW_HZ = 10
+
+    def __init__(self, **kwargs):
+        super().__init__(refresh_rate=self.DRAW_HZ, **kwargs)
+        self._drawn_at = -math.inf
+
+    def _get_train_description(self, current_epoch: int) -> str:
+        return "updates"
+
+    @property
+    def total_train_batches(self) -> int | float:
+        return self.trainer.max_steps if self.trainer.max_steps > 0 else super().total_train_batches
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        now = time.monotonic()
+        if now - self._drawn_at < 1 / self.DRAW_HZ and trainer.global_step < trainer.max_steps:
+            return
+        self._drawn_at = now
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, trainer.global_step - 1)
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        # the run's last count, also where it stopped early (a target score reached)
+        self._update(self.train_progress_bar_id, trainer.global_step)
+        super().on_train_epoch_end(trainer, pl_module)
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        # the update a Ctrl-C or SIGTERM stopped at, which the checkpoint message names
+        self._update(self.train_progress_bar_id, trainer.global_step)
+        super().on_exception(trainer, pl_module, exception)
+
+
+class FinalCheckpoint(Callback):
+    """``last.ckpt`` at the end of training, and ``interrupted.ckpt`` on Ctrl-C or SIGTERM (the
+    graceful stop). Lightning ignores further Ctrl-Cs while it shuts down; a second Ctrl-C kills
+    the run's processes and exits at once (code 130) instead."""
+
+    def __init__(self, dirpath: Path):
+        self.dirpath = Path(dirpath)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if pl_module.hooks is not None:
+            pl_module.hooks.train_end(pl_module)  # a protocol's last action, before the last checkpoint
+        trainer.save_checkpoint(self.dirpath / "last.ckpt")
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        """Lightning calls no teardown hook of the module when training raises, so the learner's end
+        (communicator's learner_end, env workers and actors closed) happens here, for every error.
+
+        The checkpoint is written with no collective, by rank 0 (and by each independent learner
+        into its own folder; with ``own_optimizer_state``, by each synchronous learner r > 0 its
+        optimizer state, where it lives to write it): the other learners may be stuck in one (an all-reduce rank 0 has
+        left), and ``trainer.save_checkpoint``'s barrier would wait for them."""
+        from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+        try:
+            if isinstance(exception, (KeyboardInterrupt, SIGTERMException)):
+                exit_at_once_on_next_interrupt()
+                # Lightning's teardown puts back the handlers it found before training: not SIGINT
+                trainer._signal_connector._original_handlers.pop(signal.SIGINT, None)
+                strategy = trainer.strategy
+                # before training started (set-up, restore) there is nothing new to keep, and a
+                # half-restored state must not replace a good interrupted.ckpt
+                started = getattr(pl_module, "_started", False)
+                layout = pl_module.hooks.layout if pl_module.hooks is not None else None
+                own = layout is not None and (layout.topology is Topology.INDEPENDENT or layout.own_optimizer_state)
+                if started and (trainer.is_global_zero or own):  # each its own (or its optimizer state)
+                    checkpoint = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
+                    strategy.save_checkpoint(checkpoint, self.dirpath / "interrupted.ckpt")
+                if trainer.is_global_zero:
+                    cause = "Ctrl-C" if isinstance(exception, KeyboardInterrupt) else "SIGTERM"
+                    done = (f"wrote {self.dirpath / 'interrupted.ckpt'}; continue with: rlkit resume {self.dirpath.parent}"
+                            if started else "training had not started: no checkpoint written")
+                    print(f"rlkit: {cause}: stopping at update {trainer.global_step}; {done}", file=sys.stderr, flush=True)
+        finally:
+            pl_module.teardown("fit")
+
+
+def wandb_mode(configured: str) -> str:
+    """The recipe says offline by default; WANDB_MODE=online in the environment opts in too."""
+    env = os.environ.get("WANDB_MODE", "").lower()
+    if configured == "disabled" or env in ("disabled", "off"):
+        return "disabled"
+    return "online" if "online" in (configured, env) else "offline"
+
+
+def build_loggers(run: Run, resume_step: int | None = None) -> list:
+    from lightning.pytorch.loggers import CSVLogger
+
+    cfg = run.recipe
+    log = cfg.logging
+    loggers: list = []
+    backends = list(log.backends)
+    if "csv" in backends:
+        # every row reaches the file when it is logged (rows are appended), so a running run can be
+        # read and plotted; Lightning's default keeps 100 in memory
+        csv_logger = CSVLogger(save_dir=str(run.run_dir), name="csv", version="", flush_logs_every_n_steps=1)
+        if resume_step is not None:
+            _keep_csv_rows(csv_logger, resume_step)
+        loggers.append(csv_logger)
+    if "tensorboard" in backends:
+        from lightning.pytorch.loggers import TensorBoardLogger
+
+        loggers.append(TensorBoardLogger(save_dir=str(run.run_dir), name="tensorboard", version=""))
+    if "wandb" in backends and wandb_mode(log.wandb_mode) != "disabled":
+        from lightning.pytorch.loggers import WandbLogger
+
+        mode = wandb_mode(log.wandb_mode)
+        id_file = run.run_dir / "wandb-id"
+        run_id = id_file.read_text().strip() if id_file.exists() else None
+        wandb_logger = WandbLogger(name=run.run_dir.name, project=log.project, save_dir=str(run.run_dir),
+                                   offline=mode == "offline", config=to_container(cfg), id=run_id,
+                                   resume="allow", group=log.group, settings=_wandb_settings())
+        # Lightning passes anonymous=None to wandb.init whatever the user asked; W&B has dropped the
+        # setting and warns on every run that it has no effect (wandb/wandb#10909). None is the default.
+        getattr(wandb_logger, "_wandb_init", {}).pop("anonymous", None)
+        _skip_unstaged_launch_inputs()
+        loggers.append(wandb_logger)
+    return loggers
+
+
+def _keep_csv_rows(logger, before_step: int) -> None:
+    """Lightning's CSV writer deletes metrics.csv when it starts; a resumed run keeps the rows
+    logged before the checkpoint's update (later ones were logged after it and are redone)."""
+    import csv
+
+    path = Path(logger.log_dir) / "metrics.csv"
+    if not path.is_file():
+        return
+    with open(path, newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r.get("step") and int(float(r["step"])) <= before_step]
+    writer = logger.experiment  # created now: it deletes the file
+    if not rows or not hasattr(writer, "metrics_keys"):
+        return
+    writer.metrics = [{k: (int(float(v)) if k == "step" else float(v)) for k, v in r.items() if v != ""} for r in rows]
+    writer.save()
+
+
+def _wandb_settings():
+    import wandb
+
+    return wandb.Settings(silent=True, console="off", x_disable_stats=True)
+
+
+LAUNCH_INPUTS = "wandb.sdk.launch.inputs.internal"
+
+
+def _skip_unstaged_launch_inputs() -> None:
+    """``wandb.init`` imports W&B's launch package to apply launch-job inputs staged before it.
+    Inputs can only have been staged through ``wandb.sdk.launch.inputs.internal`` (a singleton that
+    module holds), so where that module was never imported there is nothing to apply, yet the import
+    builds W&B's public-API pydantic models, whose docstring extraction walks ``sys.modules`` per
+    class (wandb/wandb#10898): 0.3 s of every run's start with torch and Lightning loaded
+    (docs/benchmarks.md, "Start-up"). The check is kept as W&B wrote it wherever the module is loaded."""
+    try:
+        from wandb.sdk.wandb_run import Run
+    except ImportError:
+        return
+    original = getattr(Run, "_detect_and_apply_job_inputs", None)
+    if original is None or getattr(original, "rlkit_skips_unstaged", False):
+        return
+
+    def detect_and_apply_job_inputs(self) -> None:
+        if LAUNCH_INPUTS in sys.modules:
+            original(self)
+
+    detect_and_apply_job_inputs.rlkit_skips_unstaged = True
+    Run._detect_and_apply_job_inputs = detect_and_apply_job_inputs
