@@ -16,9 +16,9 @@ from pathlib import Path
 import yaml
 from omegaconf import MISSING
 
+from rlkit.config.recipes import bundled_recipes
 from rlkit.config.schema import RunConfig
 from rlkit.hooks.records import CommunicatorSpec
-from rlkit.config.recipes import bundled_recipes
 
 DOCS = Path(__file__).resolve().parent
 OUT = DOCS / "recipes.md"

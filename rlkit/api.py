@@ -34,10 +34,10 @@ from typing import Any
 
 from rlkit.config.runtime import Run
 from rlkit.config.schema import opt
-from rlkit.infra.errors import RunFailed, UserError, first_line
 from rlkit.hooks.layout import LearnerLayout, Topology
 from rlkit.hooks.protocols import Learner, RolloutSource, Transport
 from rlkit.hooks.records import CommunicatorSpec, EnvFamilySpec, hookimpl
+from rlkit.infra.errors import RunFailed, UserError, first_line
 
 __all__ = [
     "hookimpl", "CommunicatorSpec", "EnvFamilySpec", "opt",

@@ -143,8 +143,8 @@ def _env_id(run_dir) -> str:
 
 
 def _show(args) -> int:
-    from rlkit.hooks.manager import build_plugin_manager
     from rlkit.config.recipes import to_yaml
+    from rlkit.hooks.manager import build_plugin_manager
     from rlkit.training.run import prepare
 
     cfg, _, options = prepare(args.recipe, args.overrides, build_plugin_manager())

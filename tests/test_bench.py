@@ -4,8 +4,14 @@ correctness on CartPole. No benchmark figure is asserted here."""
 import numpy as np
 import pytest
 
-from rlkit.bench.peers import (format_report, round_ratios, steady_sps, summarize, windows_from_csv_rows,
-                               windows_from_update_times)
+from rlkit.bench.peers import (
+    format_report,
+    round_ratios,
+    steady_sps,
+    summarize,
+    windows_from_csv_rows,
+    windows_from_update_times,
+)
 
 
 def test_steady_sps_skips_the_first_fifth_of_the_updates():

@@ -7,7 +7,8 @@ import signal
 
 import pytest
 
-from rlkit.testing import CommunicatorConformance, start_time
+from rlkit.infra.processes import start_time
+from rlkit.testing import CommunicatorConformance
 from test_plugins import install_fake, site  # noqa: F401  (the fixture)
 
 LEAKY = '''

@@ -6,14 +6,13 @@ import sys
 
 import gymnasium as gym
 import pytest
+from test_plugins import install_fake, site  # noqa: F401  (the fixture)
 
 from rlkit.config.schema import EnvConfig
-from rlkit.learner.envs import env_spaces, register_env_family
-from rlkit.infra.errors import UserError
 from rlkit.hooks.manager import build_plugin_manager
 from rlkit.hooks.records import EnvFamilySpec, hookimpl
-
-from test_plugins import install_fake, site  # noqa: F401  (the fixture)
+from rlkit.infra.errors import UserError
+from rlkit.learner.envs import env_spaces, register_env_family
 
 TOY = '''
 from rlkit.hooks.records import EnvFamilySpec, hookimpl

@@ -9,11 +9,11 @@ import threading
 import numpy as np
 import pytest
 
-from rlkit.learner.envs import EnvStart, make_vector_env
+from rlkit.config.runtime import Run
 from rlkit.hooks.manager import build_plugin_manager
+from rlkit.learner.envs import EnvStart, make_vector_env
 from rlkit.training.run import RUN_COMMUNICATOR, prepare, train
 from rlkit.training.runhooks import RunHooks
-from rlkit.config.runtime import Run
 
 
 def _pong(num_envs=2):

@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 import torch
 
+from rlkit.config.recipes import load_recipe
 from rlkit.learner.envs import atari_game, env_spaces, make_vector_env
 from rlkit.learner.models import ActorCritic
-from rlkit.config.recipes import load_recipe
 from rlkit.learner.rollout import LocalRollout
 
 

@@ -5,10 +5,10 @@ episodic life off."""
 import pytest
 import torch
 
-from rlkit.learner.envs import env_spaces
 from rlkit.commands.evaluate import evaluate
-from rlkit.learner.models import ActorCritic
 from rlkit.config.recipes import load_recipe, to_container
+from rlkit.learner.envs import env_spaces
+from rlkit.learner.models import ActorCritic
 from rlkit.learner.rollout import LocalRollout
 
 # a tiny CNN: the test is about the envs and the score keeping, not the network

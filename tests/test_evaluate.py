@@ -7,11 +7,11 @@ import sys
 import pytest
 import torch
 
-from rlkit.learner.envs import env_spaces
-from rlkit.infra.errors import UserError
 from rlkit.commands.evaluate import evaluate
-from rlkit.learner.models import ActorCritic
 from rlkit.config.recipes import load_recipe, to_container
+from rlkit.infra.errors import UserError
+from rlkit.learner.envs import env_spaces
+from rlkit.learner.models import ActorCritic
 
 # a tiny CNN on Breakout (short random games): the test is about which env is played, not the network
 TINY = ["env.id=ALE/Breakout-v5", "env.num_envs=2", "model.cnn_channels=[2,2,2]", "model.cnn_hidden=8",

@@ -5,12 +5,12 @@ import pytest
 import torch
 from gymnasium import spaces
 
+from rlkit.config.recipes import load_recipe
 from rlkit.config.schema import ModelConfig
+from rlkit.hooks.batch import Batch
 from rlkit.learner.losses import a2c_loss, normalize, returns_and_advantages
 from rlkit.learner.models import ActorCritic
 from rlkit.learner.module import ActorCriticModule
-from rlkit.config.recipes import load_recipe
-from rlkit.hooks.batch import Batch
 
 PONG_SPACES = (spaces.Box(0, 255, (4, 84, 84), np.uint8), spaces.Discrete(6))
 CARTPOLE_SPACES = (spaces.Box(-np.inf, np.inf, (4,), np.float32), spaces.Discrete(2))

@@ -1,5 +1,5 @@
 """Signals during a run beyond the conformance suite's Ctrl-C test (which every communicator runs:
-rlkit/testing.py): SIGTERM, a second Ctrl-C, a terminal's Ctrl-C to every gossip learner, the
+rlkit/testing/): SIGTERM, a second Ctrl-C, a terminal's Ctrl-C to every gossip learner, the
 launcher's grace before SIGKILL, and Ctrl-C before training starts."""
 
 import os
@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from rlkit.testing import (assert_checkpoint_of_a_trained_learner, processes_of_run, snapshot_tree, still_alive,
-                           wait_for_log_rows)
+from rlkit.infra.processes import snapshot_tree, still_alive
+from rlkit.testing import assert_checkpoint_of_a_trained_learner, processes_of_run, wait_for_log_rows
 
 
 def _start(cmd, tmp_path):

@@ -4,8 +4,15 @@ import math
 
 import torch
 
-from rlkit.learner.losses import (a2c_loss, explained_variance, floored_log_prob, gae_advantages, nstep_returns,
-                          returns_and_advantages, update_size)
+from rlkit.learner.losses import (
+    a2c_loss,
+    explained_variance,
+    floored_log_prob,
+    gae_advantages,
+    nstep_returns,
+    returns_and_advantages,
+    update_size,
+)
 
 
 def t(x):

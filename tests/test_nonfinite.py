@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
-from rlkit.training.checkpoints import load_checkpoint
-from rlkit.infra.errors import RunFailed
 from rlkit.hooks.manager import build_plugin_manager
 from rlkit.hooks.records import hookimpl
+from rlkit.infra.errors import RunFailed
+from rlkit.training.checkpoints import load_checkpoint
 from rlkit.training.run import train
 
 

@@ -6,9 +6,9 @@ import textwrap
 
 import pytest
 
-from rlkit.infra.errors import UserError
 from rlkit.hooks.manager import build_plugin_manager
 from rlkit.hooks.records import hookimpl
+from rlkit.infra.errors import UserError
 
 GOOD = '''
 from dataclasses import dataclass
@@ -119,6 +119,43 @@ def test_a_hook_with_an_argument_the_hookspec_lacks_is_an_error():
             as err:
         manager.pm.register(WrongArgument(), name="wrong")
     assert "\n" not in str(err.value) and not manager.pm.is_registered(manager.pm.get_plugin("wrong"))
+
+
+class OldStrategyHook:
+    @hookimpl
+    def rlkit_make_strategy(self, run):
+        return "ddp"
+
+
+def test_a_removed_hook_is_refused_with_what_replaced_it():
+    """Not "did you mean 'rlkit_load_state_dict'?" (the closest name): what took its place."""
+    manager = build_plugin_manager(load_entry_points=False)
+    with pytest.raises(UserError) as err:
+        manager.pm.register(OldStrategyHook(), name="old")
+    assert str(err.value) == (f"plugin 'old' ({__name__}.OldStrategyHook): hook 'rlkit_make_strategy': it was removed "
+                              "in 0.1; return an rlkit.api.LearnerLayout from rlkit_learner_layout instead (the core "
+                              "builds the Lightning strategy from it)")
+    assert not manager.pm.is_registered(manager.pm.get_plugin("old"))
+
+
+class OldNameMetrics:
+    @hookimpl
+    def rlkit_extra_metrics(self, run, module):
+        return {"old/name": 1.0}
+
+
+def test_a_renamed_hook_works_under_its_old_name_with_a_warning(monkeypatch, capsys):
+    from rlkit.hooks import hookspecs
+
+    manager = build_plugin_manager(load_entry_points=False)
+    with pytest.raises(UserError, match="unknown hook 'rlkit_extra_metrics'"):  # not renamed: refused
+        manager.pm.register(OldNameMetrics(), name="before")
+    monkeypatch.setitem(hookspecs.RENAMED, "rlkit_extra_metrics", "rlkit_metrics")
+    manager.pm.register(OldNameMetrics(), name="old-name")
+    assert manager.hook.rlkit_metrics(run=None, module=None) == [{"old/name": 1.0}]  # called as the new hook
+    err = capsys.readouterr().err
+    assert (f"rlkit: warning: {__name__}.OldNameMetrics implements hook 'rlkit_extra_metrics', now called "
+            "'rlkit_metrics'; rename it (the old name works until the next release)") in err
 
 
 MISSPELLED = GOOD + '''

@@ -2,9 +2,9 @@ from pathlib import Path
 
 import pytest
 
-from rlkit.infra.errors import UserError
-from rlkit.hooks.manager import build_plugin_manager
 from rlkit.config.recipes import bundled_recipes, load_recipe
+from rlkit.hooks.manager import build_plugin_manager
+from rlkit.infra.errors import UserError
 from rlkit.training.run import prepare
 
 ROOT = Path(__file__).resolve().parent.parent

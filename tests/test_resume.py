@@ -13,9 +13,9 @@ import time
 import pytest
 import torch
 
-from rlkit.learner import rng
 from rlkit.hooks.manager import build_plugin_manager
 from rlkit.hooks.records import hookimpl
+from rlkit.learner import rng
 from rlkit.training.run import resume
 
 

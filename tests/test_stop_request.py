@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import pytest
-
 from test_plugins import install_fake, site  # noqa: F401  (the fixture)
 
 STOPPER = '''

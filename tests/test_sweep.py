@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from rlkit.commands.sweep import open_sweep, parse_seeds
 from rlkit.infra.errors import UserError
 from rlkit.infra.processes import descendants
-from rlkit.commands.sweep import open_sweep, parse_seeds
 
 TINY = ["algo.total_steps=12000", "checkpoint.every_steps=400", "algo.stop_at_score=null", "logging.backends=[csv]",
         "trainer.log_every_n_updates=20"]

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from rlkit.training.checkpoints import load_checkpoint
 from rlkit.commands.evaluate import evaluate
 from rlkit.hooks.records import hookimpl
-from rlkit.training.run import train
 from rlkit.testing import read_wandb_history
+from rlkit.training.checkpoints import load_checkpoint
+from rlkit.training.run import train
 
 
 @pytest.mark.slow

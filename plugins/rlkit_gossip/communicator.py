@@ -18,9 +18,9 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from rlkit.api import LearnerLayout, RunFailed, Topology, UserError, hookimpl, run_store
 from rlkit_gossip import graphs
-from rlkit_gossip.protocol import (GossipAgent, GossipSettings, Membership, PeerFailure,
-                                   consensus_distances)
+from rlkit_gossip.protocol import GossipAgent, GossipSettings, Membership, PeerFailure, consensus_distances
 from rlkit_gossip.transports import HEADER, DistTransport, ShmTransport, shm_root
+
 
 def resolve_mixing(options, learners: int) -> str:
     if options.mixing != "auto":

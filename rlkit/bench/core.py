@@ -89,10 +89,10 @@ def _env_step_ms(cfg, steps: int) -> float:
 
 
 def _network_ms(cfg, device: str, updates: int) -> tuple[float, float]:
+    from rlkit.hooks.batch import Batch
     from rlkit.learner.envs import env_spaces
     from rlkit.learner.module import ActorCriticModule
     from rlkit.learner.optim import make_optimizer
-    from rlkit.hooks.batch import Batch
 
     obs_space, action_space = env_spaces(cfg.env)
     module = ActorCriticModule(cfg, obs_space, action_space).to(device)

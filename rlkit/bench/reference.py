@@ -79,8 +79,8 @@ def contender_main(run, *, recipe_allocator: bool = False) -> None:
     ``run(cfg, steps, device, seed)`` as JSON. Shared by the reference loop and SB3's.
     ``recipe_allocator``: treat freed memory as an rlkit learner does (``trainer.reuse_freed_memory``),
     so that the reference loop stays a ceiling for rlkit; SB3 runs as its users run it."""
-    from rlkit.infra.memory import keep_freed_memory
     from rlkit.config.recipes import load_recipe
+    from rlkit.infra.memory import keep_freed_memory
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("recipe")

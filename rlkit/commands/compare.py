@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from rlkit.infra.errors import UserError
 from rlkit.commands.plot import read_metrics
 from rlkit.commands.stats import Estimate, iqm_band, iqm_estimate
 from rlkit.commands.sweep import SWEEP_FILE
+from rlkit.infra.errors import UserError
 
 CURVE_POINTS = 100
 

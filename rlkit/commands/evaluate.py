@@ -9,12 +9,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rlkit.training.checkpoints import load_checkpoint, recipe_of
-from rlkit.learner.envs import close_envs, env_spaces, is_atari, make_vector_env
 from rlkit.infra.errors import UserError
+from rlkit.infra.startup import end_startup
+from rlkit.learner.envs import close_envs, env_spaces, is_atari, make_vector_env
+from rlkit.learner.group import total_agent_steps
 from rlkit.learner.models import ActorCritic
 from rlkit.learner.rollout import EpisodeTracker
-from rlkit.infra.startup import end_startup
+from rlkit.training.checkpoints import load_checkpoint, recipe_of
 
 
 @dataclass
@@ -53,7 +54,7 @@ def evaluate(checkpoint: str, episodes: int, greedy: bool = False, seed: int = 1
     finally:  # set-up is done (or failed): freeze its heap, collect again (rlkit/infra/startup.py)
         end_startup()
     scores, lengths, frames = _play(model, env_cfg, episodes, greedy, seed, want_frames=gif is not None)
-    steps = int(ckpt.get("rlkit", {}).get("agent_steps", 0)) * recipe.placement.learners
+    steps = total_agent_steps(int(ckpt.get("rlkit", {}).get("agent_steps", 0)), recipe.placement.learners)
     if gif:
         gif = _write_gif(frames, gif) if frames else _render_gif(model, recipe.env, greedy, seed, gif)
     return EvalReport(recipe.env.id, scores, lengths, steps, gif, tuple(overrides))

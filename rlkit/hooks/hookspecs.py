@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 import pluggy
 
 if TYPE_CHECKING:
+    from rlkit.config.runtime import Run
     from rlkit.hooks.layout import LearnerLayout
     from rlkit.hooks.protocols import Learner
     from rlkit.hooks.records import CommunicatorSpec, EnvFamilySpec
-    from rlkit.config.runtime import Run
 
 hookspec = pluggy.HookspecMarker("rlkit")
 
@@ -205,3 +205,19 @@ def rlkit_unconfigure(run: "Run", error: "BaseException | None") -> None:
     Release there only what that process holds (``run.launcher`` is False there; the gossip plugin
     returns early then).
     """
+
+
+# --------------------------------------------------------------------------------------------
+# Hooks that changed: the one place deprecations live
+# --------------------------------------------------------------------------------------------
+# Hooks evolve compatibly: arguments are added, never renamed or reordered. A hook that is renamed
+# all the same keeps working under its old name for one release: the manager calls the old name's
+# implementation as the new hook and warns once, naming the replacement. A hook that is removed is
+# refused with a message that says what replaced it, not with a guess at a similar name.
+
+RENAMED: dict[str, str] = {}  # old name -> new name, kept for one release
+
+REMOVED: dict[str, str] = {
+    "rlkit_make_strategy": "it was removed in 0.1; return an rlkit.api.LearnerLayout from rlkit_learner_layout "
+                           "instead (the core builds the Lightning strategy from it)",
+}

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import pluggy
 
 from rlkit.hooks import hookspecs
-from rlkit.infra.errors import UserError
 from rlkit.hooks.records import CommunicatorSpec, EnvFamilySpec
+from rlkit.infra.errors import UserError
 
 GROUP = "rlkit"
 
@@ -141,8 +141,21 @@ class CheckedPluginManager(pluggy.PluginManager):
             raise HookMismatch(who, self._problem(exc)) from None
         return registered
 
+    def parse_hookimpl_opts(self, plugin: object, name: str):
+        """A renamed hook's old name (``hookspecs.RENAMED``) is implemented as the new hook, with
+        one warning that names the replacement."""
+        opts = super().parse_hookimpl_opts(plugin, name)
+        new = hookspecs.RENAMED.get(name)
+        if opts is not None and new is not None and not opts.get("specname"):
+            print(f"rlkit: warning: {_describe_plugin(plugin)} implements hook '{name}', now called '{new}'; "
+                  "rename it (the old name works until the next release)", file=sys.stderr)
+            opts = {**opts, "specname": new}
+        return opts
+
     def _problem(self, exc: pluggy.PluginValidationError) -> str:
         unknown = re.match(r"unknown hook '(\w+)'", str(exc))
+        if unknown and unknown.group(1) in hookspecs.REMOVED:
+            return f"hook '{unknown.group(1)}': {hookspecs.REMOVED[unknown.group(1)]}"
         if unknown:
             specs = [n for n in vars(self.hook) if not n.startswith("_") and getattr(self.hook, n).has_spec()]
             close = difflib.get_close_matches(unknown.group(1), specs, n=1)

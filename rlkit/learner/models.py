@@ -16,7 +16,6 @@ from rlkit.config.schema import ModelConfig
 from rlkit.infra.errors import UserError
 from rlkit.learner.losses import floored_log_prob
 
-
 CHANNELS_LAST = True  # rlkit/bench/studies/hotpath.py --only channels_last turns it off for the NCHW side
 
 

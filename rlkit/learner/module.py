@@ -13,16 +13,18 @@ import lightning.pytorch as pl
 import torch
 from gymnasium import spaces
 
-from rlkit.learner import rng
 from rlkit.config.schema import RunConfig
-from rlkit.learner.envs import is_atari
-from rlkit.infra.errors import RunFailed, first_line
+from rlkit.hooks.batch import Batch
 from rlkit.hooks.layout import Topology
+from rlkit.hooks.protocols import RolloutSource
+from rlkit.infra.errors import RunFailed
+from rlkit.infra.startup import end_startup
+from rlkit.learner import rng
+from rlkit.learner.envs import is_atari
+from rlkit.learner.group import LearnerGroup, total_agent_steps
 from rlkit.learner.losses import a2c_loss, explained_variance, normalize, returns_and_advantages, update_size
 from rlkit.learner.models import ActorCritic
 from rlkit.learner.optim import make_optimizer
-from rlkit.hooks.batch import Batch
-from rlkit.infra.startup import end_startup
 
 MAX_NONFINITE_IN_A_ROW = 100
 
@@ -48,6 +50,10 @@ class ActorCriticModule(pl.LightningModule):
         self._window = _Window()
         self.stop_reason: str | None = None  # this learner's request to stop the run (request_stop)
         self._peer_stop = False  # synchronous learners: another learner asked, seen in the shared scores
+        self.learner_started = False  # rlkit_learner_start has run (and rlkit_learner_end has not yet)
+        self._own_log: LearnerLog | None = None  # csv/learner<r>.csv of a multi-learner run, once logged
+        self._update_size: dict[str, float] | None = None  # the last logged update's size diagnostics
+        self._last: tuple | None = None  # the last batch's values, returns, head and features (diagnostics)
 
     # -- what a plugin may read and do (rlkit.api.Learner) ------------------------------------
 
@@ -74,11 +80,8 @@ class ActorCriticModule(pl.LightningModule):
         if self.stop_reason is None:
             self.stop_reason = reason
             print(f"rlkit: learner {self.global_rank} stops the run: {reason}", file=sys.stderr, flush=True)
-        if self.topology is Topology.SYNCHRONOUS and self.world_size > 1:
-            return  # the request travels with this (or the next) update's scores; all stop after it
-        self.trainer.should_stop = True
-        if self.topology is Topology.INDEPENDENT and self.world_size > 1:
-            self.trainer.strategy.any_learner_stops(True)
+        if self.group.announce_stop():
+            self.trainer.should_stop = True
 
     @property
     def stop_requested(self) -> bool:
@@ -93,9 +96,12 @@ class ActorCriticModule(pl.LightningModule):
 
     def lost_peers(self) -> str:
         """After a failed collective: which learner processes have exited, in words."""
-        if self.topology is Topology.SINGLE or self.world_size == 1:
-            return "no peers"
-        return self.trainer.strategy.lost_peers()
+        return self.group.lost_peers()
+
+    @property
+    def group(self) -> LearnerGroup:
+        """The run's learners, as this learner sees them (its Lightning strategy)."""
+        return self.trainer.strategy
 
     # -- data ---------------------------------------------------------------------------------
 
@@ -119,25 +125,21 @@ class ActorCriticModule(pl.LightningModule):
         self._window = _Window()  # throughput counts from here, not from construction
         if self.hooks is not None:
             self.hooks.learner_start(self)
-            self._started = True
+            self.learner_started = True
 
     def teardown(self, stage: str) -> None:
-        if getattr(self, "_started", False):
-            self._started = False
-            strategy = self.trainer.strategy
-            independent = self.topology is Topology.INDEPENDENT and self.world_size > 1
-            if independent:
-                strategy.publish_final(self.final_summary())
+        if self.learner_started:
+            self.learner_started = False
+            self.group.publish_final(self.final_summary())
             self.hooks.learner_end(self)
-            if independent and self.global_rank == 0:  # the communicator has waited for the others
-                self.learner_finals = strategy.gather_finals()
-        own_log, self._own_log = getattr(self, "_own_log", None), None
+            if self.global_rank == 0:  # the communicator has waited for the others
+                self.learner_finals = self.group.gather_finals()
+        own_log, self._own_log = self._own_log, None
         if own_log is not None:
             own_log.close()
-        close = getattr(self._source, "close", None)
-        if close is not None:
-            close()
-        self._source = None
+        source, self._source = self._source, None
+        if isinstance(source, RolloutSource):  # any iterable may be one; the protocol's have close()
+            source.close()
 
     # -- optimisation -------------------------------------------------------------------------
 
@@ -228,7 +230,7 @@ class ActorCriticModule(pl.LightningModule):
         observation of the batch (1.0 is a network whose outputs no longer depend on the state).
         All are read off the training pass (the parameters the update started from): no second
         forward pass."""
-        if getattr(self, "_last", None) is None:
+        if self._last is None:
             return {}
         values, returns, head, features = self._last
         out_dead = float((features.max(0).values <= 0).float().mean())
@@ -252,8 +254,9 @@ class ActorCriticModule(pl.LightningModule):
         return self.trainer.world_size if self._trainer is not None else 1
 
     def total_agent_steps(self) -> int:
-        """Agent steps summed over learners (learners advance in step with each other)."""
-        return self.agent_steps * self.recipe.placement.learners
+        """Agent steps summed over learners, by the run's one rule (:func:`total_agent_steps`);
+        learner 0's after the end, once it has every learner's numbers."""
+        return total_agent_steps(self.agent_steps, self.recipe.placement.learners, self.learner_finals)
 
     def final_summary(self) -> dict:
         """This learner's end-of-run numbers: agent steps and its score window."""
@@ -269,31 +272,11 @@ class ActorCriticModule(pl.LightningModule):
     def _episodes(self, batch: Batch) -> tuple[list[float], list[float]]:
         """The episodes (raw score, length) that ended in this update: every learner's when the
         learners step together (one score window, one stop decision, one run log), this learner's
-        own when they are independent (they cannot wait for each other)."""
-        if self.world_size == 1 or self.topology is not Topology.SYNCHRONOUS:
-            return batch.scores, batch.lengths
+        own otherwise (:meth:`LearnerGroup.share_episodes`)."""
         capacity = batch.rewards.numel()  # at most one episode end per agent step
-        # [episodes, scores..., lengths..., "this learner asks to stop"]: a stop asked by one
-        # learner travels with the scores, so synchronous learners stop after the same update
-        mine = torch.full((2 + 2 * capacity,), math.nan, device=self.device)
-        n = len(batch.scores)
-        mine[0] = n
-        mine[-1] = float(self.stop_reason is not None)
-        mine[1:1 + n] = torch.tensor(batch.scores, dtype=mine.dtype)
-        mine[1 + capacity:1 + capacity + n] = torch.tensor(batch.lengths, dtype=mine.dtype)
-        rows = [torch.empty_like(mine) for _ in range(self.world_size)]
-        try:
-            torch.distributed.all_gather(rows, mine)
-        except RuntimeError as exc:
-            lost = self.lost_peers()
-            raise RunFailed(f"learner {self.global_rank} lost its peers while sharing episode scores: {lost}; "
-                            f"the backend said: {first_line(exc)}") from None
-        scores, lengths = [], []
-        for row in torch.stack(rows).cpu().tolist():
-            self._peer_stop = self._peer_stop or row[-1] > 0
-            k = int(row[0])
-            scores += row[1:1 + k]
-            lengths += row[1 + capacity:1 + capacity + k]
+        scores, lengths, peer_stop = self.group.share_episodes(batch.scores, batch.lengths, self.stop_reason is not None,
+                                                               capacity)
+        self._peer_stop = self._peer_stop or peer_stop
         return scores, lengths
 
     def _log_metrics(self, losses, grad_norm: torch.Tensor) -> None:
@@ -305,7 +288,7 @@ class ActorCriticModule(pl.LightningModule):
             "grad_norm": grad_norm.item(), "lr": self.optimizers().param_groups[0]["lr"],
         }
         metrics.update(self.diagnostics())
-        metrics.update(getattr(self, "_update_size", None) or {})
+        metrics.update(self._update_size or {})
         if self.nonfinite_skipped:
             metrics["nonfinite/skipped"] = float(self.nonfinite_skipped)
         metrics.update(self._window.flush(self.recipe.placement.learners, self.frames_per_step))
@@ -323,7 +306,7 @@ class ActorCriticModule(pl.LightningModule):
         self.log_dict(bar, on_step=True, prog_bar=True, logger=False, batch_size=1)
 
     def _learner_log(self) -> "LearnerLog":
-        if getattr(self, "_own_log", None) is None:
+        if self._own_log is None:
             path = self.hooks.run.run_dir / "csv" / f"learner{self.global_rank}.csv"
             self._own_log = LearnerLog(path, keep_up_to=self._resumed_at)
         return self._own_log
@@ -337,9 +320,7 @@ class ActorCriticModule(pl.LightningModule):
         full = len(self.recent_scores) == self.recent_scores.maxlen
         reached = target is not None and full and sum(self.recent_scores) / len(self.recent_scores) >= target
         stop = reached or self.stop_reason is not None or self._peer_stop
-        if self.topology is Topology.INDEPENDENT and self.world_size > 1:
-            stop = self.trainer.strategy.any_learner_stops(stop)
-        if stop:
+        if self.group.any_learner_stops(stop):
             self.trainer.should_stop = True
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:

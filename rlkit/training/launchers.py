@@ -15,8 +15,10 @@ import time
 from typing import Any, Callable
 
 from lightning.fabric.strategies.launchers.subprocess_script import _ChildProcessObserver
-from lightning.pytorch.strategies.launchers.subprocess_script import (_SubprocessScriptLauncher,
-                                                                       _set_num_threads_if_needed)
+from lightning.pytorch.strategies.launchers.subprocess_script import (
+    _set_num_threads_if_needed,
+    _SubprocessScriptLauncher,
+)
 
 
 def signal_live(procs: list[subprocess.Popen], sig: int) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
 import time
@@ -12,14 +11,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Iterable
 
-from rlkit.config.schema import RunConfig
-from rlkit.infra.errors import UserError
-from rlkit.hooks.manager import RlkitPluginManager, build_plugin_manager
-from rlkit.infra.memory import keep_freed_memory
 from rlkit.config.recipes import load_recipe, to_container, to_yaml, validate_options
-from rlkit.training.runhooks import RunHooks
 from rlkit.config.runtime import Run
+from rlkit.config.schema import RunConfig
+from rlkit.hooks.manager import RlkitPluginManager, build_plugin_manager
+from rlkit.infra.errors import UserError
+from rlkit.infra.memory import keep_freed_memory
 from rlkit.infra.startup import end_startup
+from rlkit.training.runhooks import RunHooks
 
 RUN_COMMUNICATOR = "rlkit-run-communicator"
 RUN_DIR_ENV = "RLKIT_RUN_DIR"
@@ -162,12 +161,10 @@ def _finish_loggers(trainer) -> None:
 
 def _result(run: Run, module, updates: int, seconds: float) -> RunResult:
     target = run.recipe.algo.stop_at_score
-    steps = module.total_agent_steps()
+    steps = module.total_agent_steps()  # independent learners: the sum of the list below
     finals = module.learner_finals or {0: module.final_summary()}
     learners = [{"learner": r, "agent_steps": f["agent_steps"], "score_mean": _mean(f["scores"]),
                  "episodes": len(f["scores"])} for r, f in sorted(finals.items())]
-    if module.learner_finals and len(finals) == run.recipe.placement.learners:
-        steps = sum(f["agent_steps"] for f in finals.values())  # independent learners: what each one did
     scores = [s for f in finals.values() for s in f["scores"]]
     # the run stops when one learner's full window reaches the target (independent learners) or
     # the shared window does (one learner, or learners that step together)

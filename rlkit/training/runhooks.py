@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any, Mapping
 
-from rlkit.hooks.layout import LearnerLayout, Topology
-from rlkit.training.placement import build_strategy, check_placement
 from rlkit.config.runtime import Run
+from rlkit.hooks.layout import LearnerLayout
+from rlkit.training.placement import build_strategy, check_placement
 
 if TYPE_CHECKING:
     from rlkit.hooks.manager import RlkitPluginManager
@@ -44,9 +44,7 @@ class RunHooks:
         """The launching process of independent learners, and of synchronous ones a signal stopped,
         waits a bounded time (``LearnerLayout.child_grace_s``) for the learners it started, and kills
         any left."""
-        if not self.run.launcher or self.strategy is None or not hasattr(self.strategy, "wait_for_children"):
-            return
-        if self.layout.topology is not Topology.INDEPENDENT and not self.strategy.stopping:
+        if not self.run.launcher or self.strategy is None:
             return
         for rank, code in self.strategy.wait_for_children():
             if code is None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -31,12 +32,12 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from lightning.pytorch.strategies import DDPStrategy
+from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 
-from rlkit.training.checkpoints import newest_first
 from rlkit.infra.errors import RunFailed, first_line
-from rlkit.training.launchers import IndependentLauncher, SynchronousLauncher, signal_live
 from rlkit.infra.processes import die_with_parent
+from rlkit.training.checkpoints import newest_first
+from rlkit.training.launchers import IndependentLauncher, SynchronousLauncher, signal_live
 
 log = logging.getLogger("rlkit")
 
@@ -225,12 +226,46 @@ class LearnerProcesses(DDPStrategy):
             return super().reduce_boolean_decision(decision, all)
         return bool(decision)
 
+    # -- the learner group (rlkit.learner.group.LearnerGroup) ---------------------------------------
+
+    def share_episodes(self, scores: list[float], lengths: list[float], asks_stop: bool,
+                       capacity: int) -> tuple[list[float], list[float], bool]:
+        """Synchronous learners all-gather each update's episodes with each learner's stop request
+        (one row per learner: [episodes, scores..., lengths..., asks to stop]), so they share one
+        score window and stop after the same update; independent learners keep their own."""
+        if self.independent:
+            return scores, lengths, False
+        mine = torch.full((2 + 2 * capacity,), math.nan, device=self.root_device)
+        n = len(scores)
+        mine[0], mine[-1] = n, float(asks_stop)
+        mine[1:1 + n] = torch.tensor(scores, dtype=mine.dtype)
+        mine[1 + capacity:1 + capacity + n] = torch.tensor(lengths, dtype=mine.dtype)
+        rows = [torch.empty_like(mine) for _ in range(self.world_size)]
+        try:
+            dist.all_gather(rows, mine)
+        except RuntimeError as exc:
+            raise RunFailed(f"learner {self.global_rank} lost its peers while sharing episode scores: "
+                            f"{self.lost_peers()}; the backend said: {first_line(exc)}") from None
+        all_scores, all_lengths, stop = [], [], False
+        for row in torch.stack(rows).cpu().tolist():
+            stop = stop or row[-1] > 0
+            k = int(row[0])
+            all_scores += row[1:1 + k]
+            all_lengths += row[1 + capacity:1 + capacity + k]
+        return all_scores, all_lengths, stop
+
+    def announce_stop(self) -> bool:
+        """Synchronous: the request travels with the next shared episodes (False); independent:
+        said through the store at once (True)."""
+        return self.independent and self.any_learner_stops(True)
+
     def any_learner_stops(self, decision: bool) -> bool:
-        """The run-wide ``stop_at_score`` decision: synchronous learners reduce it (any learner);
-        an independent learner says its own "stop" through the store and, at most every
-        ``_DECISION_POLL_S``, looks whether another learner has, without waiting for anyone."""
+        """The run-wide stop decision, without waiting for anyone: synchronous learners already
+        share theirs with the episodes (:meth:`share_episodes`); an independent learner says its
+        own "stop" through the store and, at most every ``_DECISION_POLL_S``, looks whether another
+        learner has."""
         if not self.independent:
-            return super().reduce_boolean_decision(decision, all=False)
+            return bool(decision)
         store = default_store()
         if decision and store is not None and not self._stop_seen:
             store.set(STOP_KEY, str(self.global_rank))
@@ -351,9 +386,17 @@ class LearnerProcesses(DDPStrategy):
             self._launcher.stopping = True  # their exits are the stop, not failures to report
         signal_live(self.launched(), sig)
 
+    def saves_here(self, is_global_zero: bool) -> bool:
+        """This learner writes a checkpoint of its own where learner 0 writes the run's: learner 0,
+        an independent learner (its own state), a synchronous one with its own optimizer state."""
+        return is_global_zero or self._keeps_own() or self._keeps_own_optimizer()
+
     def wait_for_children(self) -> list[tuple[int, int | None]]:
-        """Launching process only: wait up to ``child_grace_s`` for the learner processes, kill any
-        left. Returns (rank, return code) of each child; None = it had to be killed."""
+        """Launching process of independent learners, and of synchronous ones a signal stopped:
+        wait up to ``child_grace_s`` for the learner processes, kill any left. Returns (rank,
+        return code) of each child; None = it had to be killed. Otherwise nothing to wait for."""
+        if not self.independent and not self.stopping:
+            return []
         launcher = self._launcher
         procs = getattr(launcher, "procs", [])
         deadline = time.monotonic() + self.child_grace_s
@@ -378,12 +421,41 @@ def _raise_if_sigterm(trainer) -> None:
         raise SIGTERMException()
 
 
-def single_device_strategy(accelerator: str):
-    """Lightning's single-device strategy on the first GPU the recipe asks for, else the CPU."""
-    from lightning.pytorch.strategies import SingleDeviceStrategy
+class SingleLearner(SingleDeviceStrategy):
+    """Lightning's single-device strategy, answering the learner group's questions for a group of
+    one (:class:`rlkit.learner.group.LearnerGroup`), as :class:`LearnerProcesses` does for K."""
 
+    stopping = False  # no learner processes to stop
+
+    def share_episodes(self, scores, lengths, asks_stop, capacity):
+        return scores, lengths, False
+
+    def announce_stop(self) -> bool:
+        return True
+
+    def any_learner_stops(self, decision: bool) -> bool:
+        return bool(decision)
+
+    def publish_final(self, summary) -> None:
+        pass
+
+    def gather_finals(self) -> dict[int, dict]:
+        return {}
+
+    def lost_peers(self) -> str:
+        return "no peers"
+
+    def saves_here(self, is_global_zero: bool) -> bool:
+        return True
+
+    def wait_for_children(self) -> list[tuple[int, int | None]]:
+        return []
+
+
+def single_device_strategy(accelerator: str) -> SingleLearner:
+    """One learner on the first GPU the recipe asks for, else the CPU."""
     use_cuda = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
-    return SingleDeviceStrategy(device="cuda:0" if use_cuda else "cpu")
+    return SingleLearner(device="cuda:0" if use_cuda else "cpu")
 
 
 def default_store():

@@ -14,12 +14,11 @@ from pathlib import Path
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint, RichProgressBar
 
-from rlkit.hooks.layout import Topology
-from rlkit.infra.processes import exit_at_once_on_next_interrupt
 from rlkit.config.recipes import to_container
-from rlkit.training.runhooks import RunHooks
 from rlkit.config.runtime import Run
 from rlkit.config.schema import RunConfig
+from rlkit.infra.processes import exit_at_once_on_next_interrupt
+from rlkit.training.runhooks import RunHooks
 
 
 def quiet_lightning() -> None:
@@ -131,10 +130,8 @@ class FinalCheckpoint(Callback):
                 strategy = trainer.strategy
                 # before training started (set-up, restore) there is nothing new to keep, and a
                 # half-restored state must not replace a good interrupted.ckpt
-                started = getattr(pl_module, "_started", False)
-                layout = pl_module.hooks.layout if pl_module.hooks is not None else None
-                own = layout is not None and (layout.topology is Topology.INDEPENDENT or layout.own_optimizer_state)
-                if started and (trainer.is_global_zero or own):  # each its own (or its optimizer state)
+                started = pl_module.learner_started
+                if started and strategy.saves_here(trainer.is_global_zero):  # each its own, or its optimizer state
                     checkpoint = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
                     strategy.save_checkpoint(checkpoint, self.dirpath / "interrupted.ckpt")
                 if trainer.is_global_zero:

@@ -6,20 +6,16 @@ import pytest
 import torch
 
 import rlkit_lookahead
-from rlkit.infra.errors import UserError
-from rlkit.hooks.manager import build_plugin_manager
-from rlkit.config.recipes import build_config, validate_options
-from rlkit.config.runtime import Run
-from rlkit.testing import configure_run
+from rlkit.api import Run, UserError
+from rlkit.testing import check_options, configure_run, make_run, plugin_manager
 from rlkit_lookahead import LookaheadConfig
 from rlkit_lookahead.communicator import LookaheadCommunicator, lookahead_update
 
 RECIPE = {"env": {"id": "CartPole-v1", "num_envs": 2}, "communication": {"name": "lookahead"}}
 
 
-def make_run(tmp_path, **options) -> Run:
-    recipe = build_config(RECIPE, [])
-    return Run(recipe, validate_options(LookaheadConfig, options, "communication.options"), tmp_path)
+def lookahead_run(tmp_path, **options) -> Run:
+    return make_run(RECIPE, check_options(LookaheadConfig, options), tmp_path)
 
 
 def test_lookahead_update_by_hand():
@@ -41,12 +37,11 @@ def test_alpha_one_keeps_the_fast_weights():
                                               ({"beta": 1}, "unknown key 'beta'")])
 def test_options_are_checked_by_the_schema(options, message):
     with pytest.raises(UserError, match=message):
-        validate_options(LookaheadConfig, options, "communication.options")
+        check_options(LookaheadConfig, options)
 
 
 def test_registered_under_its_name():
-    manager = build_plugin_manager(load_entry_points=False)
-    manager.pm.register(rlkit_lookahead, name="lookahead")
+    manager = plugin_manager(rlkit_lookahead)
     spec = manager.communicator("lookahead")
     assert spec.options_schema is LookaheadConfig
     assert isinstance(spec.factory(LookaheadConfig(), None), LookaheadCommunicator)
@@ -60,7 +55,7 @@ def test_refuses_more_than_one_learner(tmp_path):
 
 
 def test_syncs_every_k_updates_and_restores(tmp_path):
-    run = make_run(tmp_path, k=2, alpha=0.5)
+    run = lookahead_run(tmp_path, k=2, alpha=0.5)
     comm = LookaheadCommunicator(run.options, run.recipe)
     module = torch.nn.Linear(1, 1, bias=False)
     with torch.no_grad():

@@ -21,8 +21,14 @@ import rlkit_localsgd.communicator as communicator
 from rlkit.api import LearnerLayout, RunFailed, Topology, UserError
 from rlkit.testing import configure_run, plugin_env
 from rlkit_localsgd import LocalSGDConfig
-from rlkit_localsgd.communicator import (LocalSGDCommunicator, average_, average_parameters, distance, flatten,
-                                         unflatten_into)
+from rlkit_localsgd.communicator import (
+    LocalSGDCommunicator,
+    average_,
+    average_parameters,
+    distance,
+    flatten,
+    unflatten_into,
+)
 
 PLUGIN_DIR = Path(__file__).resolve().parents[1]
 RECIPE_PATH = PLUGIN_DIR / "recipes" / "a2c-cartpole-localsgd.yaml"

@@ -23,7 +23,7 @@ STEPS_PER_UPDATE = 2 * 4 * 5  # summed over learners: 2 learners x 4 envs x 5 st
 # from once the checkpoint has been restored
 DUMP_PLUGIN = '''
 import os, torch
-from rlkit.hooks.records import hookimpl
+from rlkit.api import hookimpl
 
 @hookimpl
 def rlkit_learner_start(run, module):

@@ -33,12 +33,12 @@ import time
 
 import torch
 
+from rlkit.config.recipes import load_recipe
 from rlkit.learner import models
 from rlkit.learner.envs import env_spaces
 from rlkit.learner.losses import a2c_loss, returns_and_advantages
 from rlkit.learner.models import ActorCritic
 from rlkit.learner.optim import make_optimizer
-from rlkit.config.recipes import load_recipe
 
 
 def setup(recipe_name: str, device: str = "cpu"):

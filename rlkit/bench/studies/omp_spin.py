@@ -17,8 +17,8 @@ import time
 
 import torch
 
-from rlkit.learner.envs import make_vector_env
 from rlkit.hooks.manager import build_plugin_manager
+from rlkit.learner.envs import make_vector_env
 from rlkit.learner.models import ActorCritic
 from rlkit.training.run import prepare
 

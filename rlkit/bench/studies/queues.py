@@ -75,9 +75,9 @@ def pps_section(steps: int, rounds: int, accel: str, actors: int = 16) -> dict:
 
 def pps_capacity(seconds: float, rounds: int, accel: str, actors: int = 16) -> dict:
     """Predictions/s of the pipeline alone: batches are taken and dropped, nothing is trained."""
+    from rlkit.config.recipes import load_recipe, validate_options
     from rlkit.learner.envs import env_spaces
     from rlkit.learner.models import ActorCritic
-    from rlkit.config.recipes import load_recipe, validate_options
     from rlkit_queues import QueuesConfig
     from rlkit_queues.communicator import _torch_dtype
     from rlkit_queues.pipeline import Pipeline, Shape
@@ -114,9 +114,9 @@ def pps_capacity(seconds: float, rounds: int, accel: str, actors: int = 16) -> d
 def forward_costs(accel: str, sizes=(1, 2, 4, 8, 16, 32), passes: int = 50) -> dict:
     """The predictors' forward pass alone (no queues, no actors): ms per pass by batch size, after
     a warm-up (the first passes at a new size pick kernels and are far slower)."""
+    from rlkit.config.recipes import load_recipe
     from rlkit.learner.envs import env_spaces
     from rlkit.learner.models import ActorCritic
-    from rlkit.config.recipes import load_recipe
 
     recipe = load_recipe(PONG)
     obs_space, action_space = env_spaces(recipe.env)

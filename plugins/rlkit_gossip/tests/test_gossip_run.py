@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from rlkit.testing import child_pids, processes_of_run, torchrun_nodes
+from rlkit.testing import child_pids, torchrun_nodes
+from rlkit.testing import processes_of_run
 
 BASE = ["trainer.progress_bar=false", "logging.backends=[csv]"]
 

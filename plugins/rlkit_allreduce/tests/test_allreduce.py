@@ -7,7 +7,8 @@ import sys
 import pytest
 import torch
 
-from rlkit.testing import plugin_env, torchrun_nodes
+from rlkit.testing import torchrun_nodes
+from rlkit.testing import plugin_env
 
 TWO = ("placement.learners=2", "trainer.devices=2", "env.num_envs=4")
 
@@ -15,7 +16,7 @@ TWO = ("placement.learners=2", "trainer.devices=2", "env.num_envs=4")
 def _average_worker(rank, world, port, out):
     import torch.distributed as dist
 
-    from rlkit.config.recipes import load_recipe, validate_options
+    from rlkit.testing import check_options, load_recipe
     from rlkit_allreduce import AllreduceConfig
     from rlkit_allreduce.communicator import AllreduceCommunicator
 
@@ -26,7 +27,7 @@ def _average_worker(rank, world, port, out):
     model(batch).pow(2).sum().backward()
     own = [p.grad.clone() for p in model.parameters()]
     recipe = load_recipe("a2c-cartpole-allreduce")
-    comm = AllreduceCommunicator(validate_options(AllreduceConfig, {}, "o"), recipe)
+    comm = AllreduceCommunicator(check_options(AllreduceConfig, {}), recipe)
     assert comm.rlkit_sync_gradients(run=None, module=model) is True
     torch.save({"own": own, "synced": [p.grad.clone() for p in model.parameters()]}, f"{out}/rank{rank}.pt")
     dist.destroy_process_group()
@@ -44,7 +45,7 @@ def test_averaged_gradient_is_the_mean_of_the_ranks_gradients(tmp_path):
 
 DUMP_PLUGIN = '''
 import os, torch
-from rlkit.hooks.records import hookimpl
+from rlkit.api import hookimpl
 
 def _dump(module, tag):
     path = os.path.join(os.environ["RLKIT_TEST_DUMP"], f"{tag}-rank{module.global_rank}.pt")
@@ -122,7 +123,8 @@ def test_a_dead_learner_stops_the_run_with_one_line_naming_it(tmp_path):
     import signal
     import time
 
-    from rlkit.testing import child_pids, processes_of_run, wait_for_log_rows
+    from rlkit.testing import child_pids
+    from rlkit.testing import processes_of_run, wait_for_log_rows
 
     run_dir = tmp_path / "kill"
     proc = subprocess.Popen([sys.executable, "-m", "rlkit.cli", "run", "a2c-cartpole-allreduce",

@@ -1,5 +1,5 @@
 """queues end to end: CartPole solved within 500k agent steps with the GA3C metrics in the log (the
-conformance suite, Ctrl-C included, runs on queues in tests/test_conformance_local.py)."""
+conformance suite, Ctrl-C included, runs on queues in plugins/rlkit_<name>/tests/test_<name>_conformance.py)."""
 
 import csv
 import json

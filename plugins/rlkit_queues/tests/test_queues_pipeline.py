@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 
+from rlkit.config.recipes import load_recipe, validate_options
 from rlkit.infra.errors import RunFailed
 from rlkit.learner.models import ActorCritic
-from rlkit.config.recipes import load_recipe, validate_options
 from rlkit_queues import QueuesConfig
 from rlkit_queues.actor import Shared
 from rlkit_queues.pipeline import ActorHandle, Inbox, Pipeline, Shape
