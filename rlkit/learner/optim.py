@@ -7,7 +7,7 @@ whatever the gradient's size, and later ones by about lr. TensorFlow's first ste
 and because eps sits inside the root its steps stay ``lr * g / sqrt(g^2 + eps)``: smaller than
 PyTorch's wherever a weight's gradient RMS is below sqrt(eps) (3e-3 at eps 1e-5). On Pong that is most
 weights: in GALA's run the fc layer's steps were 0.04 x and the policy head's 0.13 x PyTorch's at the
-same lr (``rlkit/bench/studies/optim_state.py``; docs/benchmarks.md). The two are not interchangeable at one lr.
+same lr (``rlkit/bench/studies/optim_state.py``; docs/findings.md, "RMSprop's form and the lr rule"). The two are not interchangeable at one lr.
 """
 
 from __future__ import annotations
