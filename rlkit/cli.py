@@ -52,6 +52,19 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--root", default="runs", help="folder that holds sweep folders")
     sw.add_argument("--cores", type=int, help="cores the runs may keep busy together (default: all)")
     sw.add_argument("--resume", metavar="SWEEP_DIR", help="continue a sweep: keep finished runs, resume the others")
+    sw.add_argument("--executor", choices=("local", "slurm"),
+                    help="where the runs go: local (this machine, the default) or slurm (job arrays via submitit)")
+    slurm = sw.add_argument_group("--executor slurm")
+    slurm.add_argument("--partition", help="SLURM partition (default: the cluster's)")
+    slurm.add_argument("--time", type=int, dest="time_min", metavar="MINUTES",
+                       help="each job's time limit in minutes (default 60); a job that reaches it is requeued "
+                            "and resumes its run")
+    slurm.add_argument("--account", help="SLURM account")
+    slurm.add_argument("--qos", help="SLURM quality of service")
+    slurm.add_argument("--mem-gb", type=float, help="memory per job in GB (default: the cluster's)")
+    slurm.add_argument("--array-parallelism", type=int, help="jobs of one array running at once (default 256)")
+    slurm.add_argument("--sbatch", action="append", metavar="NAME=VALUE",
+                       help="an extra sbatch flag for every job, e.g. --sbatch constraint=avx2 (repeatable)")
     cmp = sub.add_parser("compare", help="runs across seeds: IQM tables with 95%% CIs, curves with CI bands")
     cmp.add_argument("paths", nargs="+", metavar="PATH", help="a sweep folder, or run folders")
     cmp.add_argument("--target", type=float, help="also report the agent steps each run took to reach this score")
@@ -145,9 +158,9 @@ def _env_id(run_dir) -> str:
 def _show(args) -> int:
     from rlkit.config.recipes import to_yaml
     from rlkit.hooks.manager import build_plugin_manager
-    from rlkit.training.run import prepare
+    from rlkit.training.run import check_recipe
 
-    cfg, _, options = prepare(args.recipe, args.overrides, build_plugin_manager())
+    cfg, options = check_recipe(args.recipe, args.overrides, build_plugin_manager())
     print(to_yaml(cfg, options), end="")  # with every option of the communicator, its help and default
     return 0
 
@@ -211,7 +224,17 @@ def _plot(args) -> int:
 def _sweep(args) -> int:
     from rlkit.commands.sweep import sweep
 
-    return sweep(args.items, args.seeds, args.name, args.root, args.resume, args.cores)
+    slurm = None
+    given = (args.partition, args.time_min, args.account, args.qos, args.mem_gb, args.array_parallelism, args.sbatch)
+    if any(v is not None for v in given):
+        if args.executor != "slurm" and not args.resume:
+            raise UserError("--partition/--time/--account/--qos/--mem-gb/--array-parallelism/--sbatch: not allowed "
+                            "without --executor slurm")
+        from rlkit.commands.slurm import SlurmOptions
+
+        slurm = SlurmOptions.from_cli(*given)
+    return sweep(args.items, args.seeds, args.name, args.root, args.resume, args.cores, executor=args.executor,
+                 slurm=slurm)
 
 
 def _compare(args) -> int:

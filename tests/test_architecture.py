@@ -92,3 +92,91 @@ def test_the_cycle_check_sees_imports_in_functions_and_under_type_checking(tmp_p
     (pkg / "c.py").write_text("import cyc.a\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     assert cycles("cyc") == [["cyc.a", "cyc.b"]]
+
+
+# -- private names of the libraries rlkit builds on: one module only ------------------------------
+
+SEAM = ROOT / "rlkit" / "infra" / "upstream.py"
+PUBLIC_UNDERSCORE = {"_exit"}  # os._exit: documented public API despite its name
+
+
+def _library_private_names(files: list[Path]) -> list[str]:
+    """``x._name`` attributes that no rlkit code outside the seam defines (so they are a library's),
+    ``from lib import _name``, ``from lib._mod import ...``, and overrides of a library base class's
+    private methods; each as ``path:line: what``."""
+    import ast
+
+    trees = {path: ast.parse(path.read_text()) for path in files}
+    defined: set[str] = set()
+    for path, tree in trees.items():
+        if path == SEAM:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                defined.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                defined.add(node.attr)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                defined.add(node.id)
+            elif isinstance(node, ast.arg):
+                defined.add(node.arg)
+    found = []
+    for path, tree in trees.items():
+        if path == SEAM:
+            continue
+        for node in ast.walk(tree):
+            what = None
+            if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                    and node.attr not in defined and node.attr not in PUBLIC_UNDERSCORE):
+                what = ast.unparse(node)
+            elif (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module != "__future__"
+                  and not node.module.startswith("rlkit")):
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                if any(part.startswith("_") for part in node.module.split(".")) or private:
+                    what = f"from {node.module} import {', '.join(a.name for a in node.names)}"
+            if what:
+                where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+                found.append(f"{where}:{node.lineno}: {what}")
+    return found
+
+
+def _rlkit_files() -> list[Path]:
+    return [p for base in ("rlkit", "plugins") for p in sorted((ROOT / base).rglob("*.py")) if "tests" not in p.parts]
+
+
+def test_library_private_names_are_named_only_in_rlkit_infra_upstream():
+    assert _library_private_names(_rlkit_files()) == []
+
+
+def test_the_private_name_check_sees_a_library_attribute_and_an_import(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("from lightning.fabric.strategies.launchers.subprocess_script import _ChildProcessObserver\n"
+                   "def f(trainer):\n    return trainer._checkpoint_connector\n")
+    found = _library_private_names([*_rlkit_files(), bad])
+    assert found == [f"{bad}:1: from lightning.fabric.strategies.launchers.subprocess_script import "
+                     "_ChildProcessObserver", f"{bad}:3: trainer._checkpoint_connector"]
+
+
+def test_no_rlkit_class_overrides_a_private_method_of_a_library_base_outside_the_seam():
+    """A subclass of a Lightning/torch class that defines ``_name`` where the library's class has it
+    changes library internals: only rlkit.infra.upstream may."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import rlkit
+
+    offenders = []
+    for info in pkgutil.walk_packages(rlkit.__path__, "rlkit."):
+        if info.name in ("rlkit.infra.upstream",) or ".bench.studies" in info.name:
+            continue
+        module = importlib.import_module(info.name)
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ != info.name:
+                continue
+            library = [b for b in cls.__mro__[1:] if b.__module__.split(".")[0] in ("lightning", "torch", "wandb")]
+            for name in vars(cls):
+                if (name.startswith("_") and not name.startswith("__") and name != "_abc_impl"  # (ABCMeta's)
+                        and any(name in vars(b) for b in library)):
+                    offenders.append(f"{info.name}.{cls.__name__}.{name}")
+    assert offenders == []

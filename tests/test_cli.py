@@ -29,6 +29,9 @@ def rlkit(*args, cwd=None, timeout=120):
     (["show", RECIPE, "communication.options.x=1"], "communication.options.x: unknown key 'x'"),
     (["evaluate", "nope.ckpt"], "checkpoint not found: nope.ckpt"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
+    (["sweep", RECIPE, "--partition", "gpu"], "--partition/--time/--account/--qos/--mem-gb/--array-parallelism/"
+                                              "--sbatch: not allowed without --executor slurm"),
+    (["sweep", RECIPE, "--executor", "slurm", "--time", "0"], "--time: 0 is not allowed; must be >= 1"),
     (["plot", "no-such-run"], "no csv/metrics.csv"),
 ])
 def test_bad_input_is_one_line_exit_2_no_traceback(args, needle, tmp_path):
@@ -38,6 +41,23 @@ def test_bad_input_is_one_line_exit_2_no_traceback(args, needle, tmp_path):
     assert len(lines) == 1, out.stderr
     assert needle in lines[0] and "Traceback" not in out.stderr
     assert not (tmp_path / "runs").exists(), "bad input must not leave a half-written run folder"
+
+
+@pytest.mark.parametrize("recipe, overrides, needle", [
+    (RECIPE, ["placement.learners=2"], "placement.learners / trainer.devices / trainer.num_nodes: 2 / 1 / 1"),
+    ("a2c-cartpole-gossip", ["placement.learners=3"], "placement.learners: 3 is not allowed with trainer.devices=4"),
+    ("a2c-cartpole-gossip", ["trainer.devices=1", "placement.learners=1"],
+     "placement.learners: 1 is not allowed with communicator gossip (it needs >= 2 learners"),
+    ("a2c-cartpole-gossip", ["trainer.num_nodes=2", "placement.learners=8", "communication.options.transport=shm"],
+     "communication.options.transport: shm is not allowed with trainer.num_nodes=2"),
+])
+def test_show_refuses_what_run_refuses_with_the_same_line(recipe, overrides, needle, tmp_path):
+    """`rlkit show` checks the placement against the communicator's layout, and the plugin's own
+    rlkit_configure checks, with the code `rlkit run` uses: same line, exit 2, nothing written."""
+    shown, ran = (rlkit(command, recipe, *overrides, cwd=tmp_path) for command in ("show", "run"))
+    assert shown.returncode == ran.returncode == 2, (shown.stderr, ran.stderr)
+    assert needle in shown.stderr and shown.stderr == ran.stderr and len(shown.stderr.splitlines()) == 1
+    assert shown.stdout == "" and not (tmp_path / "runs").exists()
 
 
 def test_plugins_lists_local_with_distribution():

@@ -2,9 +2,11 @@ import numpy as np
 import pytest
 import torch
 from gymnasium import spaces
+from torch import nn
 
 from rlkit.config.schema import ModelConfig
-from rlkit.learner.models import ActorCritic
+from rlkit.infra.errors import UserError
+from rlkit.learner.models import ActorCritic, MinAtarCNN
 
 
 def test_nature_cnn_on_uint8_frames():
@@ -95,3 +97,31 @@ def test_cnn_input_goes_channels_last_on_cpu_with_the_same_numbers(kind, monkeyp
     model.autocast_dtype = torch.bfloat16
     _, x_bf16 = _conv_inputs(model, obs)
     assert x_bf16.is_contiguous()
+
+
+# -- MinAtar's network (model.kind: minatar_cnn) ---------------------------------------------------
+
+
+def test_minatar_cnn_is_the_authors_network_on_channel_last_booleans():
+    obs_space = spaces.Box(0, 1, (10, 10, 4), bool)
+    model = ActorCritic(obs_space, spaces.Discrete(3), ModelConfig(kind="minatar_cnn"))
+    assert isinstance(model.body, MinAtarCNN)
+    (conv,) = [m for m in model.body.modules() if isinstance(m, nn.Conv2d)]
+    assert (conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride) == (4, 16, (3, 3), (1, 1))
+    (fc,) = [m for m in model.body.fc.modules() if isinstance(m, nn.Linear)]
+    assert (fc.in_features, fc.out_features) == (16 * 8 * 8, 128)
+    obs = torch.as_tensor(np.stack([obs_space.sample() for _ in range(5)]))
+    actions, values = model.act(obs)
+    assert actions.shape == (5,) and values.shape == (5,) and actions.max() < 3
+    # channel last in, channel first into the conv: channel c of the grid is the conv's input plane c
+    seen = {}
+    conv.register_forward_hook(lambda m, inp, out: seen.update(x=inp[0]))
+    one = torch.zeros(1, 10, 10, 4, dtype=torch.bool)
+    one[0, 2, 7, 3] = True
+    model.act(one)
+    assert seen["x"].shape == (1, 4, 10, 10) and seen["x"][0, 3, 2, 7] == 1 and seen["x"].sum() == 1
+
+
+def test_minatar_cnn_refuses_observations_that_are_not_grids():
+    with pytest.raises(UserError, match=r"model.kind: minatar_cnn needs \[H, W, C\] observations"):
+        ActorCritic(spaces.Box(-1, 1, (4,), np.float32), spaces.Discrete(2), ModelConfig(kind="minatar_cnn"))

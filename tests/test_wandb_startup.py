@@ -40,7 +40,7 @@ def test_staged_launch_inputs_are_still_applied_where_they_can_exist(monkeypatch
     trainer._skip_unstaged_launch_inputs()
     trainer._skip_unstaged_launch_inputs()  # applying it twice wraps once
     patched = Run._detect_and_apply_job_inputs
-    assert patched.rlkit_skips_unstaged
+    assert patched.rlkit_wrapped and patched.rlkit_original is not patched
     monkeypatch.delitem(sys.modules, trainer.LAUNCH_INPUTS, raising=False)
     patched("run-a")
     assert applied == []  # the module that stages inputs was never loaded: nothing to apply

@@ -59,6 +59,8 @@ class SweepPlan:
     seeds: list[int]
     overrides: list[str]
     created: str = field(default_factory=lambda: datetime.now().isoformat(timespec="seconds"))
+    executor: str = "local"  # or "slurm" (rlkit.commands.slurm)
+    slurm: dict | None = None  # SlurmOptions, for --executor slurm
 
     def same_sweep(self, other: "SweepPlan") -> bool:
         return (self.recipes, self.seeds, self.overrides) == (other.recipes, other.seeds, other.overrides)
@@ -73,6 +75,7 @@ class SweepRun:
     run_dir: Path
     cores: int
     run_args: tuple[str, ...]
+    gpus: int = 0
 
     def state(self) -> str:
         """'done' (result.json written), 'resume' (a checkpoint to continue from) or 'new'."""
@@ -143,8 +146,9 @@ def plan_runs(plan: SweepPlan, sweep_dir: Path, cores: int, manager) -> list[Swe
             need = min(cores, spec.cores_used(options, cfg))
             if cfg.trainer.torch_threads == 0:  # a thread per core it holds, not per core of the host
                 placed.append(f"trainer.torch_threads={max(1, need // cfg.placement.learners)}")
+            gpus = cfg.trainer.devices if cfg.trainer.accelerator in ("gpu", "cuda") else 0
             runs.append(SweepRun(label, seed, sweep_dir / label / f"seed{seed}", need,
-                                 (recipe, *plan.overrides, *placed)))
+                                 (recipe, *plan.overrides, *placed), gpus))
     return runs
 
 
@@ -172,19 +176,35 @@ def open_sweep(items: list[str], seeds: str | None, name: str | None, root: str,
 
 
 def sweep(items: list[str], seeds: str | None = None, name: str | None = None, root: str = "runs",
-          resume: str | None = None, cores: int | None = None, manager=None) -> int:
-    """Validate, write ``sweep.json``, run every run that has not finished. The exit code: 0 when
-    every run finished, 1 when one failed, 130 when interrupted."""
+          resume: str | None = None, cores: int | None = None, manager=None, executor: str | None = None,
+          slurm=None) -> int:
+    """Validate, write ``sweep.json``, run every run that has not finished: here (``executor``
+    local, at most ``cores`` busy) or as SLURM jobs (slurm: ``rlkit.commands.slurm``, with
+    ``slurm`` a SlurmOptions). The exit code: 0 when every run finished, 1 when one failed, 130
+    when interrupted. A resumed sweep keeps its executor and SLURM options unless given again."""
     from rlkit.hooks.manager import build_plugin_manager
+    from rlkit.training.run import write_atomic
 
     if cores is not None and cores < 1:
         raise UserError(f"--cores: {cores} is not allowed; must be >= 1")
-    cores = cores or os.cpu_count() or 1
+    if executor not in (None, "local", "slurm"):
+        raise UserError(f"--executor: '{executor}' is not allowed; one of: local, slurm")
     plan, sweep_dir = open_sweep(items, seeds, name, root, resume)
+    plan.executor = executor or plan.executor
+    if plan.executor == "slurm":
+        from rlkit.commands import slurm as cluster
+
+        cluster.check_cluster()
+        if slurm is not None or plan.slurm is None:
+            plan.slurm = asdict(slurm or cluster.SlurmOptions())
+        cores = min(cores or 10**6, cluster.node_cpus())  # a job asks for at most one node's CPUs
+    cores = cores or os.cpu_count() or 1
     runs = plan_runs(plan, sweep_dir, cores, manager or build_plugin_manager())
     sweep_dir.mkdir(parents=True, exist_ok=True)
     with _only_sweep_of(sweep_dir):
-        (sweep_dir / SWEEP_FILE).write_text(json.dumps(asdict(plan), indent=2) + "\n")
+        write_atomic(sweep_dir / SWEEP_FILE, json.dumps(asdict(plan), indent=2) + "\n")
+        if plan.executor == "slurm":
+            return cluster.SlurmSweep(runs, sweep_dir, plan.name, cluster.SlurmOptions(**plan.slurm)).run()
         return Scheduler(runs, cores, sweep_dir).run()
 
 

@@ -45,3 +45,31 @@ def total_agent_steps(own: int, learners: int, finals: Mapping[int, Mapping] | N
     if finals:
         return sum(int(f["agent_steps"]) for f in finals.values())
     return own * learners
+
+
+def is_sync_point(update: int, sync_every: int, last_update: int) -> bool:
+    """Whether synchronous learners meet after ``update`` (counted from 1): every ``sync_every``-th
+    update, and the last one of the budget (``last_update``), where every learner ends."""
+    return sync_every <= 1 or update % sync_every == 0 or update >= last_update
+
+
+class EpisodeBuffer:
+    """A learner's episodes (raw scores, lengths) and stop request between two sync points: what it
+    shares at the next one (``LearnerLayout.sync_every``). Holds at most ``capacity`` episodes, the
+    newest (the shared record has a fixed size, the same on every learner)."""
+
+    def __init__(self) -> None:
+        self.scores: list[float] = []
+        self.lengths: list[float] = []
+        self.asks_stop = False
+
+    def add(self, scores: list[float], lengths: list[float], asks_stop: bool) -> None:
+        self.scores += scores
+        self.lengths += lengths
+        self.asks_stop = self.asks_stop or asks_stop
+
+    def take(self, capacity: int) -> tuple[list[float], list[float], bool]:
+        out = (self.scores[-capacity:] if capacity else [], self.lengths[-capacity:] if capacity else [],
+               self.asks_stop)
+        self.__init__()
+        return out

@@ -17,6 +17,7 @@ from rlkit.config.schema import RunConfig
 from rlkit.hooks.batch import Batch
 from rlkit.hooks.layout import Topology
 from rlkit.hooks.protocols import RolloutSource
+from rlkit.infra import upstream
 from rlkit.infra.errors import RunFailed
 from rlkit.infra.startup import end_startup
 from rlkit.learner import rng
@@ -251,7 +252,7 @@ class ActorCriticModule(pl.LightningModule):
 
     @property
     def world_size(self) -> int:
-        return self.trainer.world_size if self._trainer is not None else 1
+        return self.trainer.world_size if upstream.has_trainer(self) else 1
 
     def total_agent_steps(self) -> int:
         """Agent steps summed over learners, by the run's one rule (:func:`total_agent_steps`);

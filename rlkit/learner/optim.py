@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from rlkit.infra import upstream
+
 
 class TFRMSprop(torch.optim.Optimizer):
     """ms <- alpha * ms + (1 - alpha) * g^2 (ms starts at ``initial_ms``); p <- p - lr * g / sqrt(ms + eps)."""
@@ -44,11 +46,11 @@ class TFRMSprop(torch.optim.Optimizer):
                 state["step"] += 1
                 squares.append(state["square_avg"])
             alpha = group["alpha"]
-            torch._foreach_mul_(squares, alpha)
-            torch._foreach_addcmul_(squares, grads, grads, value=1 - alpha)
-            denom = torch._foreach_add(squares, group["eps"])
-            torch._foreach_sqrt_(denom)
-            torch._foreach_addcdiv_(params, grads, denom, value=-group["lr"])
+            upstream.foreach_mul_(squares, alpha)
+            upstream.foreach_addcmul_(squares, grads, grads, value=1 - alpha)
+            denom = upstream.foreach_add(squares, group["eps"])
+            upstream.foreach_sqrt_(denom)
+            upstream.foreach_addcdiv_(params, grads, denom, value=-group["lr"])
         return loss
 
 

@@ -16,6 +16,7 @@ from rlkit.testing.runs import (
     child_pids,
     check_options,
     configure_run,
+    learner_model,
     load_recipe,
     make_run,
     metric_column,
@@ -31,6 +32,6 @@ from rlkit.testing.runs import (
 __all__ = [
     "CommunicatorConformance", "HookCall", "HookRecorder", "RecordingPlugin", "QUICK_RECIPE", "WatchedRun",
     "assert_checkpoint_of_a_trained_learner", "assert_no_leak", "check_options", "child_pids", "configure_run",
-    "load_recipe", "make_run", "metric_column", "plugin_env", "plugin_manager", "processes_of_run", "quick_overrides",
-    "read_wandb_history", "torchrun_nodes", "wait_for_log_rows",
+    "learner_model", "load_recipe", "make_run", "metric_column", "plugin_env", "plugin_manager", "processes_of_run",
+    "quick_overrides", "read_wandb_history", "torchrun_nodes", "wait_for_log_rows",
 ]

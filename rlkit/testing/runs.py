@@ -59,6 +59,17 @@ def check_options(schema: type, options: dict) -> Any:
     return validate_options(schema, options, "communication.options")
 
 
+def learner_model(recipe: Any) -> Any:
+    """The model the core's learner builds for ``recipe`` (a loaded recipe, :func:`load_recipe`):
+    what ``Learner.model`` is in a run, with its ``obs_space``, ``action_space``, ``discrete``,
+    ``act(obs)`` and ``env_actions(actions)``; built without a run, for a plugin's own pieces."""
+    from rlkit.learner.envs import env_spaces
+    from rlkit.learner.models import ActorCritic
+
+    obs_space, action_space = env_spaces(recipe.env)
+    return ActorCritic(obs_space, action_space, recipe.model)
+
+
 def make_run(recipe: dict, options: Any, run_dir: Path | str = ".", overrides: list[str] | tuple[str, ...] = ()) -> Any:
     """The :class:`rlkit.api.Run` a plugin's hooks receive, for ``recipe`` (a dict, as in a YAML
     recipe, with ``overrides``) and validated ``options``, writing under ``run_dir``."""

@@ -14,11 +14,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from lightning.fabric.strategies.launchers.subprocess_script import _ChildProcessObserver
-from lightning.pytorch.strategies.launchers.subprocess_script import (
-    _set_num_threads_if_needed,
-    _SubprocessScriptLauncher,
-)
+from rlkit.infra.upstream import ChildObserver, ScriptLauncher
 
 
 def signal_live(procs: list[subprocess.Popen], sig: int) -> None:
@@ -30,7 +26,7 @@ def signal_live(procs: list[subprocess.Popen], sig: int) -> None:
                 pass
 
 
-class SynchronousLauncher(_SubprocessScriptLauncher):
+class SynchronousLauncher(ScriptLauncher):
     """Lightning's launcher, except at a stop. After a Ctrl-C Lightning SIGKILLs the children as
     soon as the launching process is done with its own shutdown, and its observer kills every
     process when a child exits with an error code, as a learner leaving after a Ctrl-C does. The
@@ -61,16 +57,16 @@ class SynchronousLauncher(_SubprocessScriptLauncher):
     def launch(self, function: Callable, *args: Any, trainer: Any = None, **kwargs: Any) -> Any:
         self.cluster_environment.validate_settings(num_devices=self.num_processes, num_nodes=self.num_nodes)
         if not self.cluster_environment.creates_processes_externally:
-            self._call_children_scripts()
-            self._watch_children()
-        _set_num_threads_if_needed(num_processes=self.num_processes)
+            self.start_children()
+            self.watch_children()
+        self.set_num_threads()
         return function(*args, **kwargs)
 
-    def _watch_children(self) -> None:
+    def watch_children(self) -> None:
         StopAwareObserver(self).start()
 
 
-class StopAwareObserver(_ChildProcessObserver):
+class StopAwareObserver(ChildObserver):
     """Lightning's observer (a learner that dies takes the run down), idle while the run stops, and
     one that lets the launching process say what happened. Lightning's SIGKILLs the launching
     process as soon as it sees a dead learner (it polls every 5 s); but learner 0 finds the dead
@@ -83,13 +79,13 @@ class StopAwareObserver(_ChildProcessObserver):
         super().__init__(main_pid=os.getpid(), child_processes=launcher.procs, sleep_period=sleep_period)
         self.launcher, self.main_grace_s = launcher, main_grace_s
 
-    def _run(self) -> bool:
+    def check(self) -> bool:
         if self.launcher.stopping:
             return True
-        codes = [proc.poll() for proc in self._child_processes]
+        codes = [proc.poll() for proc in self.children]
         if all(code == 0 for code in codes):
             return True
-        dead = [(rank, proc.pid, code) for rank, (proc, code) in enumerate(zip(self._child_processes, codes), start=1)
+        dead = [(rank, proc.pid, code) for rank, (proc, code) in enumerate(zip(self.children, codes), start=1)
                 if code]
         if not dead:
             return False
@@ -99,9 +95,9 @@ class StopAwareObserver(_ChildProcessObserver):
             if self.launcher.stopping:
                 return True
         rank, pid, code = dead[0]
-        for proc in self._child_processes:
+        for proc in self.children:
             if proc.poll() is None:
-                proc.send_signal(self._termination_signal)
+                proc.send_signal(self.termination_signal)
         print(f"rlkit: run failed: learner {rank} (pid {pid}) exited with code {code}; learner 0 did not stop "
               f"within {self.main_grace_s:g} s of it and was ended", file=sys.stderr, flush=True)
         os._exit(1)
@@ -118,7 +114,7 @@ class IndependentLauncher(SynchronousLauncher):
         signal_live(self.procs, signal.SIGTERM)  # in case the stop never reached them (harmless if it did)
         super().kill(signum)
 
-    def _watch_children(self) -> None:
+    def watch_children(self) -> None:
         ChildReporter(self).start()
 
 

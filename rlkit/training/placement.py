@@ -33,6 +33,9 @@ def check_placement(layout: LearnerLayout, recipe) -> None:
     if p.learners < layout.min_learners:
         raise UserError(f"placement.learners: {p.learners} is not allowed with communicator {name} (it needs >= "
                         f"{layout.min_learners} learners; use communicator local for one)")
+    if layout.sync_every > 1 and recipe.algo.on_nonfinite == "skip":
+        raise UserError(f"algo.on_nonfinite: skip is not allowed with communicator {name} (its learners meet every "
+                        f"{layout.sync_every} updates; one that skips an update falls out of step); use stop")
     if p.learners_per_device > 1 and resolve_backend(layout, recipe) == "nccl":
         raise UserError(f"placement.learners_per_device: {p.learners_per_device} is not allowed with the nccl "
                         "backend (NCCL refuses two ranks on one GPU); use 1, or a gloo backend")
@@ -46,6 +49,6 @@ def build_strategy(layout: LearnerLayout, recipe) -> Any:
         return single_device_strategy(recipe.trainer.accelerator)
     return LearnerProcesses(independent=layout.topology is Topology.INDEPENDENT,
                             own_optimizer_state=layout.own_optimizer_state and layout.topology is Topology.SYNCHRONOUS,
-                            learners_per_device=recipe.placement.learners_per_device,
+                            learners_per_device=recipe.placement.learners_per_device, sync_every=layout.sync_every,
                             process_group_backend=resolve_backend(layout, recipe),
                             timeout=timedelta(seconds=layout.timeout_s), child_grace_s=layout.child_grace_s)

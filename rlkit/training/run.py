@@ -58,6 +58,21 @@ def prepare(recipe_name: str, overrides: Iterable[str], manager: RlkitPluginMana
     return cfg, spec, options
 
 
+def check_recipe(recipe_name: str, overrides: Iterable[str], manager: RlkitPluginManager):
+    """What ``rlkit show`` checks, with the code ``rlkit run`` uses: the recipe and the communicator's
+    options (:func:`prepare`), then the placement against the communicator's layout and the
+    plugins' own ``rlkit_configure`` checks (:meth:`RunHooks.configure`). Nothing is written."""
+    cfg, spec, options = prepare(recipe_name, overrides, manager)
+    run = Run(cfg, options, _run_dir(cfg, recipe_name), Path(recipe_name).stem, launcher=False)
+    communicator = spec.factory(options, cfg)
+    manager.pm.register(communicator, name=RUN_COMMUNICATOR)
+    try:
+        RunHooks(manager, run).configure()
+    finally:
+        manager.pm.unregister(communicator)
+    return cfg, options
+
+
 def resume(run_dir: str | Path, overrides: Iterable[str] = (), manager: RlkitPluginManager | None = None) -> RunResult:
     """Continue the run in ``run_dir`` from its newest checkpoint: its recipe (plus ``overrides``),
     parameters, optimizer and lr-schedule state, update and agent-step counters, score window,
@@ -154,8 +169,10 @@ def _finish_loggers(trainer) -> None:
     its service process stops with the run."""
     from lightning.pytorch.loggers import WandbLogger
 
+    from rlkit.infra import upstream
+
     for logger in trainer.loggers:
-        if isinstance(logger, WandbLogger) and logger._experiment is not None:
+        if isinstance(logger, WandbLogger) and upstream.wandb_experiment_started(logger):
             logger.experiment.finish()
 
 

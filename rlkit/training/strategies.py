@@ -32,10 +32,13 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
+from lightning.pytorch.strategies import SingleDeviceStrategy
 
 from rlkit.infra.errors import RunFailed, first_line
+from rlkit.infra import upstream
 from rlkit.infra.processes import die_with_parent
+from rlkit.infra.upstream import LauncherStrategy
+from rlkit.learner.group import EpisodeBuffer, is_sync_point
 from rlkit.training.checkpoints import newest_first
 from rlkit.training.launchers import IndependentLauncher, SynchronousLauncher, signal_live
 
@@ -46,13 +49,16 @@ FINAL_KEY = "rlkit/final/{rank}"
 _DECISION_POLL_S = 0.25
 
 
-class LearnerProcesses(DDPStrategy):
+class LearnerProcesses(LauncherStrategy):
     strategy_name = "rlkit_learners"
 
     def __init__(self, *, independent: bool = False, learners_per_device: int = 1,
-                 child_grace_s: float = 60.0, own_optimizer_state: bool = False, **kwargs: Any):
+                 child_grace_s: float = 60.0, own_optimizer_state: bool = False, sync_every: int = 1,
+                 **kwargs: Any):
         super().__init__(**kwargs)
         self.independent = independent
+        self.sync_every = sync_every  # synchronous: the core's collectives only at sync points
+        self._pending = EpisodeBuffer()
         self.own_optimizer_state = own_optimizer_state
         self.learners_per_device = learners_per_device
         self.child_grace_s = child_grace_s
@@ -63,26 +69,20 @@ class LearnerProcesses(DDPStrategy):
 
     # -- placement ----------------------------------------------------------------------------
 
-    @property
-    def parallel_devices(self):
-        return self._parallel_devices
-
-    @parallel_devices.setter
-    def parallel_devices(self, devices):
+    def place_devices(self, devices):
         # each physical device hosts learners_per_device learner processes
-        if devices is not None:
-            devices = [d for d in devices for _ in range(self.learners_per_device)]
-        self._parallel_devices = devices
+        if devices is None:
+            return None
+        return [d for d in devices for _ in range(self.learners_per_device)]
 
     # -- launch ---------------------------------------------------------------------------------
 
-    def _configure_launcher(self) -> None:
-        if self._start_method == "popen":
-            kind = IndependentLauncher if self.independent else SynchronousLauncher
-            self._launcher = kind(self.cluster_environment, self.num_processes, self.num_nodes,
-                                  grace_s=getattr(self, "child_grace_s", 60.0))
-        else:
-            super()._configure_launcher()
+    def make_launcher(self, start_method: str):
+        if start_method != "popen":
+            return None  # Lightning's
+        kind = IndependentLauncher if self.independent else SynchronousLauncher
+        return kind(self.cluster_environment, self.num_processes, self.num_nodes,
+                    grace_s=getattr(self, "child_grace_s", 60.0))
 
     def setup_environment(self) -> None:
         launcher = bool(self.launched())  # (it has LOCAL_RANK=0 in its environment by now, as learners do)
@@ -100,23 +100,21 @@ class LearnerProcesses(DDPStrategy):
 
     def setup(self, trainer) -> None:
         super().setup(trainer)
-        loop = trainer.fit_loop.epoch_loop
-        if self.independent and hasattr(loop, "_broadcast_sigterm_tensor"):
+        replaceable = upstream.can_replace_sigterm_broadcast(trainer)
+        if self.independent and replaceable:
             # Lightning broadcasts a SIGTERM flag from rank 0 before every step, which would put
             # independent learners in lock-step; each learner reacts to its own SIGTERM instead.
-            loop._broadcast_sigterm_tensor = lambda: _raise_if_sigterm(trainer)
+            upstream.replace_sigterm_broadcast(trainer, lambda: _raise_if_sigterm(trainer))
         if self.independent:
             # Lightning's SIGTERM handler (registered after this) broadcasts from rank 0: a learner
             # whose rank 0 got no SIGTERM would hang in it. Here each learner only notes its own
             # SIGTERM, and the launching process passes it on to the learners it started.
-            connector = trainer._signal_connector
-
             def on_sigterm(signum, frame) -> None:
-                if not connector.received_sigterm:
+                if not upstream.sigterm_received(trainer):
                     self.stop_children(signum)
-                connector.received_sigterm = True
+                upstream.mark_sigterm_received(trainer)
 
-            connector._sigterm_notifier_fn = on_sigterm
+            upstream.set_sigterm_notifier(trainer, on_sigterm)
             # a Ctrl-C that reached only the launching process (kill -INT) goes on to the learners
             # it started as SIGTERM, before its own shutdown waits for them to leave the graph
             def on_sigint(signum, frame) -> None:
@@ -124,10 +122,10 @@ class LearnerProcesses(DDPStrategy):
                 signal.default_int_handler(signum, frame)  # KeyboardInterrupt, as before
 
             self._take_sigint(trainer, on_sigint)
-        elif self.world_size > 1 and hasattr(loop, "_broadcast_sigterm_tensor"):
-            self._setup_synchronous_stop(trainer, loop)
+        elif self.world_size > 1 and replaceable:
+            self._setup_synchronous_stop(trainer)
 
-    def _setup_synchronous_stop(self, trainer, loop) -> None:
+    def _setup_synchronous_stop(self, trainer) -> None:
         """Synchronous learners stop together. Lightning broadcasts rank 0's SIGTERM flag before each
         step (and from inside its SIGTERM handler, a collective the other learners are not in), and a
         Ctrl-C raises wherever each learner happens to be: learners then write their checkpoints at
@@ -136,8 +134,8 @@ class LearnerProcesses(DDPStrategy):
         and all raise at the same update. A second Ctrl-C to a learner raises at once."""
         # Lightning raises on its own wherever it reads ``received_sigterm`` (after each step, at an
         # epoch's end): the noted SIGTERM stays here until the learners have agreed on it
-        trainer._signal_connector._sigterm_notifier_fn = lambda signum, frame: setattr(self, "_sigterm_seen", True)
-        loop._broadcast_sigterm_tensor = lambda: self._agree_on_stop(trainer)
+        upstream.set_sigterm_notifier(trainer, lambda signum, frame: setattr(self, "_sigterm_seen", True))
+        upstream.replace_sigterm_broadcast(trainer, lambda: self._agree_on_stop(trainer))
 
         def on_sigint(signum, frame) -> None:
             if self._sigint_seen:
@@ -161,6 +159,8 @@ class LearnerProcesses(DDPStrategy):
         SIGTERM; every learner raises the same exception at the same update."""
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+        if not self.at_sync_point():
+            return  # learners that meet only at syncs agree there (LearnerLayout.sync_every)
         mine = 2 if self._sigint_seen else 1 if self._sigterm_seen else 0
         flag = torch.tensor([mine], device=self.root_device)
         try:
@@ -170,12 +170,12 @@ class LearnerProcesses(DDPStrategy):
         code = int(flag.item())
         if code == 0:
             return
-        if isinstance(self._launcher, SynchronousLauncher):
-            self._launcher.stopping = True  # the children's exits are the stop, not a failure
+        if isinstance(self.launcher, SynchronousLauncher):
+            self.launcher.stopping = True  # the children's exits are the stop, not a failure
         if code == 2:
             self._sigint_seen = True
             raise KeyboardInterrupt
-        trainer._signal_connector.received_sigterm = True
+        upstream.mark_sigterm_received(trainer)
         raise SIGTERMException()
 
     def teardown(self) -> None:
@@ -187,9 +187,7 @@ class LearnerProcesses(DDPStrategy):
         if on_sigint is not None and threading.current_thread() is threading.main_thread():
             if signal.getsignal(signal.SIGINT) is on_sigint:
                 signal.signal(signal.SIGINT, signal.default_int_handler)
-            saved = getattr(trainer, "_signal_connector", None)
-            if saved is not None and saved._original_handlers.get(signal.SIGINT) is on_sigint:
-                saved._original_handlers[signal.SIGINT] = signal.default_int_handler
+            upstream.replace_saved_sigint(trainer, was=on_sigint, now=signal.default_int_handler)
         super().teardown()
 
     def configure_ddp(self) -> None:
@@ -235,6 +233,12 @@ class LearnerProcesses(DDPStrategy):
         score window and stop after the same update; independent learners keep their own."""
         if self.independent:
             return scores, lengths, False
+        if self.sync_every > 1:  # between syncs, kept for the next one
+            self._pending.add(scores, lengths, asks_stop)
+            if not self.at_sync_point():
+                return [], [], False
+            capacity *= self.sync_every
+            scores, lengths, asks_stop = self._pending.take(capacity)
         mine = torch.full((2 + 2 * capacity,), math.nan, device=self.root_device)
         n = len(scores)
         mine[0], mine[-1] = n, float(asks_stop)
@@ -254,6 +258,14 @@ class LearnerProcesses(DDPStrategy):
             all_lengths += row[1 + capacity:1 + capacity + k]
         return all_scores, all_lengths, stop
 
+    def at_sync_point(self) -> bool:
+        """Synchronous learners meet after the update just done (:func:`is_sync_point`): after every
+        update unless the layout's ``sync_every`` says otherwise."""
+        if self.sync_every <= 1:
+            return True
+        trainer = self.lightning_module.trainer
+        return is_sync_point(trainer.global_step, self.sync_every, trainer.max_steps)
+
     def announce_stop(self) -> bool:
         """Synchronous: the request travels with the next shared episodes (False); independent:
         said through the store at once (True)."""
@@ -264,8 +276,8 @@ class LearnerProcesses(DDPStrategy):
         share theirs with the episodes (:meth:`share_episodes`); an independent learner says its
         own "stop" through the store and, at most every ``_DECISION_POLL_S``, looks whether another
         learner has."""
-        if not self.independent:
-            return bool(decision)
+        if not self.independent:  # taken at a sync point only, where every learner decides alike
+            return bool(decision) and self.at_sync_point()
         store = default_store()
         if decision and store is not None and not self._stop_seen:
             store.set(STOP_KEY, str(self.global_rank))
@@ -361,11 +373,11 @@ class LearnerProcesses(DDPStrategy):
     @property
     def stopping(self) -> bool:
         """Launching process: the run is being stopped by a signal (its learners are leaving)."""
-        return bool(getattr(self._launcher, "stopping", False))
+        return bool(getattr(self.launcher, "stopping", False))
 
     def launched(self) -> list[subprocess.Popen]:
         """Launching process: the learner processes it started (ranks 1.. on this node); else []."""
-        return list(getattr(self._launcher, "procs", []) or [])
+        return list(getattr(self.launcher, "procs", []) or [])
 
     def lost_peers(self, wait_s: float = 3.0, none_dead: str = "a peer left or timed out") -> str:
         """After a failed collective: which launched learners have exited (the launching process
@@ -382,8 +394,8 @@ class LearnerProcesses(DDPStrategy):
         """Launching process: ask the learner processes it started to stop the graceful way (each
         writes its own ``interrupted.ckpt``), as a Ctrl-C in the terminal would, when only this
         process got the signal (``kill -INT``, a scheduler)."""
-        if self._launcher is not None:
-            self._launcher.stopping = True  # their exits are the stop, not failures to report
+        if self.launcher is not None:
+            self.launcher.stopping = True  # their exits are the stop, not failures to report
         signal_live(self.launched(), sig)
 
     def saves_here(self, is_global_zero: bool) -> bool:
@@ -397,7 +409,7 @@ class LearnerProcesses(DDPStrategy):
         return code) of each child; None = it had to be killed. Otherwise nothing to wait for."""
         if not self.independent and not self.stopping:
             return []
-        launcher = self._launcher
+        launcher = self.launcher
         procs = getattr(launcher, "procs", [])
         deadline = time.monotonic() + self.child_grace_s
         codes = []
@@ -458,8 +470,4 @@ def single_device_strategy(accelerator: str) -> SingleLearner:
     return SingleLearner(device="cuda:0" if use_cuda else "cpu")
 
 
-def default_store():
-    """The key-value store of the default process group (hosted by rank 0), or None."""
-    if not dist.is_available() or not dist.is_initialized():
-        return None
-    return dist.distributed_c10d._get_default_store()
+default_store = upstream.default_store

@@ -5,18 +5,18 @@ from __future__ import annotations
 import logging
 import math
 import os
-import signal
 import sys
 import time
 import warnings
 from pathlib import Path
 
 import lightning.pytorch as pl
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint, RichProgressBar
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from rlkit.config.recipes import to_container
 from rlkit.config.runtime import Run
 from rlkit.config.schema import RunConfig
+from rlkit.infra import upstream
 from rlkit.infra.processes import exit_at_once_on_next_interrupt
 from rlkit.training.runhooks import RunHooks
 
@@ -28,7 +28,10 @@ def quiet_lightning() -> None:
     # Warnings about choices rlkit makes on purpose (see docs/architecture.md).
     for pattern in (".*dataloader_iter.*", ".*ModelCheckpoint with manual optimization.*", ".*LeafSpec.*",
                     ".*does not have many workers.*", ".*`IterableDataset` has `__len__`.*",
-                    ".*exists and is not empty.*"):
+                    ".*exists and is not empty.*",
+                    # on a host with SLURM installed, a run started outside a job (or inside one, by
+                    # rlkit sweep --executor slurm, which launches its own learners) is meant so
+                    ".*The `srun` command is available on your system but is not used.*"):
         warnings.filterwarnings("ignore", message=pattern)
 
 
@@ -58,7 +61,7 @@ def build_trainer(run: Run, hooks: RunHooks, resume_step: int | None = None) -> 
         use_distributed_sampler=False, default_root_dir=str(run.run_dir), benchmark=False)
 
 
-class UpdatesProgressBar(RichProgressBar):
+class UpdatesProgressBar(upstream.ProgressBar):
     """Lightning's rich bar, counting the run's updates against its total: "updates 31,250/37,500".
     Lightning's own counts the batches of the current epoch, which restart at 0 when a run resumes
     (a resumed run showed 6250/6249), and titles a run without epochs "Epoch 0/-2".
@@ -74,7 +77,7 @@ class UpdatesProgressBar(RichProgressBar):
         super().__init__(refresh_rate=self.DRAW_HZ, **kwargs)
         self._drawn_at = -math.inf
 
-    def _get_train_description(self, current_epoch: int) -> str:
+    def train_description(self, current_epoch: int) -> str:
         return "updates"
 
     @property
@@ -90,12 +93,12 @@ class UpdatesProgressBar(RichProgressBar):
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         # the run's last count, also where it stopped early (a target score reached)
-        self._update(self.train_progress_bar_id, trainer.global_step)
+        self.show_count(trainer.global_step)
         super().on_train_epoch_end(trainer, pl_module)
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         # the update a Ctrl-C or SIGTERM stopped at, which the checkpoint message names
-        self._update(self.train_progress_bar_id, trainer.global_step)
+        self.show_count(trainer.global_step)
         super().on_exception(trainer, pl_module, exception)
 
 
@@ -126,13 +129,13 @@ class FinalCheckpoint(Callback):
             if isinstance(exception, (KeyboardInterrupt, SIGTERMException)):
                 exit_at_once_on_next_interrupt()
                 # Lightning's teardown puts back the handlers it found before training: not SIGINT
-                trainer._signal_connector._original_handlers.pop(signal.SIGINT, None)
+                upstream.forget_saved_sigint(trainer)
                 strategy = trainer.strategy
                 # before training started (set-up, restore) there is nothing new to keep, and a
                 # half-restored state must not replace a good interrupted.ckpt
                 started = pl_module.learner_started
                 if started and strategy.saves_here(trainer.is_global_zero):  # each its own, or its optimizer state
-                    checkpoint = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
+                    checkpoint = upstream.dump_checkpoint(trainer)
                     strategy.save_checkpoint(checkpoint, self.dirpath / "interrupted.ckpt")
                 if trainer.is_global_zero:
                     cause = "Ctrl-C" if isinstance(exception, KeyboardInterrupt) else "SIGTERM"
@@ -219,17 +222,11 @@ def _skip_unstaged_launch_inputs() -> None:
     builds W&B's public-API pydantic models, whose docstring extraction walks ``sys.modules`` per
     class (wandb/wandb#10898): 0.3 s of every run's start with torch and Lightning loaded
     (docs/benchmarks.md, "Start-up"). The check is kept as W&B wrote it wherever the module is loaded."""
-    try:
-        from wandb.sdk.wandb_run import Run
-    except ImportError:
-        return
-    original = getattr(Run, "_detect_and_apply_job_inputs", None)
-    if original is None or getattr(original, "rlkit_skips_unstaged", False):
-        return
+    def wrap(original):
+        def detect_and_apply_job_inputs(self) -> None:
+            if LAUNCH_INPUTS in sys.modules:
+                original(self)
 
-    def detect_and_apply_job_inputs(self) -> None:
-        if LAUNCH_INPUTS in sys.modules:
-            original(self)
+        return detect_and_apply_job_inputs
 
-    detect_and_apply_job_inputs.rlkit_skips_unstaged = True
-    Run._detect_and_apply_job_inputs = detect_and_apply_job_inputs
+    upstream.wrap_wandb_job_inputs(wrap)

@@ -7,9 +7,11 @@ optimizer updates the learners replace their parameters by the average of all le
 parameters, with one all-reduce over a flat vector. ``k = 1`` averages after every step (close to,
 but not the same as, averaging gradients: each learner's optimizer state stays its own).
 
-The learners are laid out by the core (``Topology.SYNCHRONOUS``): every learner runs the same
-sequence of updates, so the all-reduce in ``rlkit_after_optimizer_step`` at ``update % k == 0``
-meets all its peers, and so does the final one in ``rlkit_train_end``.
+The learners are laid out by the core (``Topology.SYNCHRONOUS``, ``sync_every=k``): every learner
+runs the same sequence of updates, independent between syncs (the core's own collectives, the shared
+episode scores and the stop decision, also happen only after every k-th update and the last), so
+the all-reduce in ``rlkit_after_optimizer_step`` at ``update % k == 0`` meets all its peers, and so
+does the final one in ``rlkit_train_end``.
 """
 
 from __future__ import annotations
@@ -88,9 +90,9 @@ class LocalSGDCommunicator:
     @hookimpl
     def rlkit_learner_layout(self, run) -> LearnerLayout:
         # each learner steps its own RMSprop on its own gradients: its optimizer state is its own,
-        # and the core saves and resumes it per learner
+        # and the core saves and resumes it per learner; the learners meet only every k updates
         return LearnerLayout(Topology.SYNCHRONOUS, backend=self.options.backend, timeout_s=self.options.timeout_s,
-                             min_learners=2, own_optimizer_state=True)
+                             min_learners=2, own_optimizer_state=True, sync_every=self.options.k)
 
     @hookimpl
     def rlkit_configure(self, run) -> None:

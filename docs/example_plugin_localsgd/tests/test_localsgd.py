@@ -126,7 +126,8 @@ def test_two_learners_are_accepted_and_laid_out_synchronously(tmp_path):
     run, comm = configure_run(rlkit_localsgd, RECIPE, overrides, run_dir=tmp_path)
     assert isinstance(comm, LocalSGDCommunicator) and run.options.k == 3
     assert comm.rlkit_learner_layout(run=run) == LearnerLayout(Topology.SYNCHRONOUS, backend="gloo", timeout_s=30.0,
-                                                               min_learners=2, own_optimizer_state=True)
+                                                               min_learners=2, own_optimizer_state=True,
+                                                               sync_every=3)
 
 
 def test_the_recipe_is_valid(tmp_path):
@@ -308,6 +309,18 @@ def _dump(module, tag):
     path = os.path.join(os.environ["LOCALSGD_TEST_DUMP"], f"{tag}-rank{module.global_rank}.pt")
     torch.save([p.detach().cpu().clone() for p in module.parameters()], path)
 
+COLLECTIVES = {"all_gather": [], "all_reduce": []}  # the update each collective was called after
+
+@hookimpl
+def rlkit_learner_start(run, module):
+    import torch.distributed as dist
+
+    for name, calls in COLLECTIVES.items():
+        def counted(*args, _real=getattr(dist, name), _calls=calls, **kwargs):
+            _calls.append(module.global_step)
+            return _real(*args, **kwargs)
+        setattr(dist, name, counted)
+
 @hookimpl(trylast=True)
 def rlkit_after_optimizer_step(run, module, update):
     if update in (4, 6):
@@ -316,6 +329,7 @@ def rlkit_after_optimizer_step(run, module, update):
 @hookimpl(trylast=True)
 def rlkit_train_end(run, module):
     _dump(module, "final")
+    torch.save(COLLECTIVES, os.path.join(os.environ["LOCALSGD_TEST_DUMP"], f"calls-rank{module.global_rank}.pt"))
 '''
 
 
@@ -342,6 +356,14 @@ def test_two_learners_train_apart_and_end_on_one_model(tmp_path):
     for tag in ("update6", "final"):  # right after an average, and after the final one (100 % 3 != 0)
         p0, p1 = dumped(tag)
         assert all(torch.equal(a, b) for a, b in zip(p0, p1)), f"{tag}: learners differ after the average"
+
+    # independent between syncs: every collective (the core's shared scores and stop agreement, the
+    # plugin's averages) happens at a sync point (after update 3, 6, ..., 99 and the last, 100)
+    syncs = [*range(k, updates + 1, k), updates]
+    for rank in (0, 1):
+        calls = torch.load(tmp_path / f"calls-rank{rank}.pt")
+        assert calls["all_gather"] == syncs, calls["all_gather"]  # the episodes, shared at each sync only
+        assert set(calls["all_reduce"]) <= {0, *syncs} and set(syncs[:-1]) <= set(calls["all_reduce"])
 
     # last.ckpt (learner 0's) holds the consensus model and the count: 100 // 3 in training + 1 final
     ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)

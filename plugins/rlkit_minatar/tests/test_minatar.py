@@ -1,25 +1,25 @@
-"""MinAtar as a recipe uses it: ids that work with no import step, MinAtar's network, and a short
-run that learns Breakout well above a random policy."""
+"""MinAtar as a recipe uses it: ids that work with no import step, and a short run that learns
+Breakout well above a random policy. (The core's MinAtar network: tests/test_models.py.) Like a
+third-party plugin's tests, these use only rlkit.api, rlkit.testing and the CLI."""
 
 import csv
 import os
 import subprocess
 import sys
 
+import json
+
 import numpy as np
 import pytest
-import torch
-from gymnasium import spaces
-from torch import nn
 
-from rlkit.config.schema import EnvConfig, ModelConfig
-from rlkit.learner.models import ActorCritic, MinAtarCNN
+from rlkit.api import EnvConfig, make_vector_env
 
 
 def test_minatar_ids_work_in_a_fresh_process_with_no_import_step():
-    code = ("import sys; from rlkit.config.schema import EnvConfig; from rlkit.learner.envs import env_spaces;"
-            "print(env_spaces(EnvConfig(id='MinAtar/Breakout-v1', num_envs=1)));"
-            "print(env_spaces(EnvConfig(id='MinAtar/SpaceInvaders-v1', num_envs=1)))")
+    code = ("from rlkit.api import EnvConfig, make_vector_env\n"
+            "for game in ('Breakout', 'SpaceInvaders'):\n"
+            "    env = make_vector_env(EnvConfig(id=f'MinAtar/{game}-v1', num_envs=1), seed=0)\n"
+            "    print((env.single_observation_space, env.single_action_space)); env.close()")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "(Box(False, True, (10, 10, 4), bool), Discrete(3))" in out.stdout
@@ -58,36 +58,7 @@ def test_minatar_is_an_optional_extra_not_a_dependency():
     assert any(dep.startswith("minatar") for dep in project["optional-dependencies"]["test"])
 
 
-def test_minatar_cnn_is_the_authors_network_on_channel_last_booleans():
-    obs_space = spaces.Box(0, 1, (10, 10, 4), bool)
-    model = ActorCritic(obs_space, spaces.Discrete(3), ModelConfig(kind="minatar_cnn"))
-    assert isinstance(model.body, MinAtarCNN)
-    (conv,) = [m for m in model.body.modules() if isinstance(m, nn.Conv2d)]
-    assert (conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride) == (4, 16, (3, 3), (1, 1))
-    (fc,) = [m for m in model.body.fc.modules() if isinstance(m, nn.Linear)]
-    assert (fc.in_features, fc.out_features) == (16 * 8 * 8, 128)
-    obs = torch.as_tensor(np.stack([obs_space.sample() for _ in range(5)]))
-    actions, values = model.act(obs)
-    assert actions.shape == (5,) and values.shape == (5,) and actions.max() < 3
-    # channel last in, channel first into the conv: channel c of the grid is the conv's input plane c
-    seen = {}
-    conv.register_forward_hook(lambda m, inp, out: seen.update(x=inp[0]))
-    one = torch.zeros(1, 10, 10, 4, dtype=torch.bool)
-    one[0, 2, 7, 3] = True
-    model.act(one)
-    assert seen["x"].shape == (1, 4, 10, 10) and seen["x"][0, 3, 2, 7] == 1 and seen["x"].sum() == 1
-
-
-def test_minatar_cnn_refuses_observations_that_are_not_grids():
-    from rlkit.infra.errors import UserError
-
-    with pytest.raises(UserError, match=r"model.kind: minatar_cnn needs \[H, W, C\] observations"):
-        ActorCritic(spaces.Box(-1, 1, (4,), np.float32), spaces.Discrete(2), ModelConfig(kind="minatar_cnn"))
-
-
 def random_policy_score(env_id: str, episodes: int = 400) -> float:
-    from rlkit.learner.envs import make_vector_env
-
     env = make_vector_env(EnvConfig(id=env_id, num_envs=16), seed=0)
     env.reset(seed=0)
     env.action_space.seed(0)
@@ -106,23 +77,26 @@ def random_policy_score(env_id: str, episodes: int = 400) -> float:
 def test_a2c_learns_minatar_breakout_well_above_random(tmp_path):
     """80k agent steps (about 30 s on a free core): the last 100 episodes' mean is several times a
     random policy's (about 0.4 on Breakout-v1)."""
-    from rlkit.training.run import train
-
     random_score = random_policy_score("MinAtar/Breakout-v1")
     assert 0.2 < random_score < 0.6
-    result = train("a2c-minatar-breakout-local", [
-        "algo.total_steps=80000", "trainer.progress_bar=false", "logging.backends=[csv]",
-        f"logging.root={tmp_path}", "logging.run_name=breakout", "trainer.log_every_n_updates=50"])
-    assert result.score_mean is not None and result.score_mean > max(1.5, 3 * random_score), result
-    with open(result.run_dir / "csv" / "metrics.csv") as fh:
+    cli = [sys.executable, "-m", "rlkit.cli"]
+    env = {**os.environ, "WANDB_MODE": "offline"}
+    out = subprocess.run([*cli, "run", "a2c-minatar-breakout-local", "algo.total_steps=80000",
+                          "trainer.progress_bar=false", "logging.backends=[csv]", f"logging.root={tmp_path}",
+                          "logging.run_name=breakout", "trainer.log_every_n_updates=50"],
+                         capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    run_dir = tmp_path / "breakout"
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["score_mean"] is not None and result["score_mean"] > max(1.5, 3 * random_score), result
+    with open(run_dir / "csv" / "metrics.csv") as fh:
         first = next(r for r in csv.DictReader(fh) if r.get("score_mean"))
-    assert float(first["score_mean"]) < result.score_mean
+    assert float(first["score_mean"]) < result["score_mean"]
     # the checkpoint plays, and its first game renders (MinAtar draws floats, 1 pixel per cell)
     from PIL import Image
 
-    from rlkit.commands.evaluate import evaluate
-
-    report = evaluate(str(result.run_dir / "checkpoints" / "last.ckpt"), 3, gif=str(tmp_path / "game.gif"))
-    assert len(report.scores) == 3
+    out = subprocess.run([*cli, "evaluate", str(run_dir / "checkpoints" / "last.ckpt"), "--episodes", "3",
+                          "--gif", str(tmp_path / "game.gif")], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0 and "3 episodes" in out.stdout, (out.stdout, out.stderr[-2000:])
     with Image.open(tmp_path / "game.gif") as gif:
         assert gif.size == (160, 160) and gif.n_frames >= 2

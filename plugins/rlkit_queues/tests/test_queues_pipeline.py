@@ -14,9 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from rlkit.config.recipes import load_recipe, validate_options
-from rlkit.infra.errors import RunFailed
-from rlkit.learner.models import ActorCritic
+from rlkit.api import RunFailed
+from rlkit.testing import check_options, learner_model, load_recipe
 from rlkit_queues import QueuesConfig
 from rlkit_queues.actor import Shared
 from rlkit_queues.pipeline import ActorHandle, Inbox, Pipeline, Shape
@@ -81,13 +80,9 @@ def test_predictions_return_to_the_actor_that_asked():
 
 def pipeline(**options):
     recipe = load_recipe("a2c-cartpole-queues", ["env.num_envs=3"])  # 3 columns: 2-env segments get split
-    o = validate_options(QueuesConfig, {"actors": 3, "envs_per_actor": 2, "tune": False, "timeout_s": 30, **options},
-                         "communication.options")
-    from rlkit.learner.envs import env_spaces
-
-    obs_space, action_space = env_spaces(recipe.env)
-    model = ActorCritic(obs_space, action_space, recipe.model)
-    shape = Shape(obs_space.shape, torch.float32, (), "int64", recipe.env.num_envs)
+    o = check_options(QueuesConfig, {"actors": 3, "envs_per_actor": 2, "tune": False, "timeout_s": 30, **options})
+    model = learner_model(recipe)
+    shape = Shape(model.obs_space.shape, torch.float32, (), "int64", recipe.env.num_envs)
     return Pipeline(recipe, o, shape, model, torch.device("cpu"), lambda: 0, seed=1).start()
 
 
@@ -151,8 +146,9 @@ def test_an_actor_process_imports_no_lightning():
     import subprocess
     import sys
 
-    code = ("import sys, rlkit_queues.actor, rlkit.learner.envs, rlkit.learner.rollout\n"
-            "from rlkit.infra.processes import die_with_parent\n"
+    code = ("import importlib, sys, rlkit_queues.actor\n"
+            "from rlkit.api import die_with_parent, worker_modules\n"
+            "for name in worker_modules(): importlib.import_module(name)\n"
             "print(sorted(m for m in ('lightning', 'torch.distributed.fsdp') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
