@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlkit.infra.errors import UserError
+from rlkit.infra.processes import die_with_parent
 from rlkit.training.run import write_atomic
 
 JOBS_FILE = "slurm-jobs.json"
@@ -89,7 +90,7 @@ class RunJob:
             log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} slurm job {_job_id()}: {command[3]}\n".encode())
             log.flush()
             self._proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                          env=env, start_new_session=True)
+                                          env=env, start_new_session=True, preexec_fn=_prepare_run)
             previous = signal.signal(signal.SIGTERM, self._pass_on)  # scancel: the run's graceful stop
             try:
                 while self._proc.poll() is None:  # polled, not wait(): checkpoint() may run in between
@@ -126,6 +127,16 @@ class RunJob:
 
     def __setstate__(self, state):
         self.__init__(state["run_dir"], state["run_args"])
+
+
+def _prepare_run() -> None:
+    """In the run's process, before exec. SLURM sends a preemption's USR2 to every process of the
+    job step: the run (and all it starts) ignores it, so that only submitit's handler acts on it
+    (:meth:`RunJob.checkpoint`: Ctrl-C to the run, which writes its interrupted.ckpt). And the run
+    gets SIGTERM, its graceful stop, if the job's process dies however it dies."""
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    die_with_parent(signal.SIGTERM)
 
 
 def _job_id() -> str:

@@ -198,6 +198,7 @@ def sweep(items: list[str], seeds: str | None = None, name: str | None = None, r
         if slurm is not None or plan.slurm is None:
             plan.slurm = asdict(slurm or cluster.SlurmOptions())
         cores = min(cores or 10**6, cluster.node_cpus())  # a job asks for at most one node's CPUs
+        sweep_dir = sweep_dir.resolve()  # a job may start in another folder
     cores = cores or os.cpu_count() or 1
     runs = plan_runs(plan, sweep_dir, cores, manager or build_plugin_manager())
     sweep_dir.mkdir(parents=True, exist_ok=True)
