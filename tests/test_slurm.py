@@ -97,14 +97,14 @@ def test_a_preempted_job_writes_its_checkpoint_is_requeued_and_resumes_to_the_bu
     import csv
 
     sweep = subprocess.Popen([sys.executable, "-m", "rlkit.cli", "sweep", "a2c-cartpole-local", "--executor", "slurm",
-                              "--name", "pre", "algo.total_steps=300000", "algo.stop_at_score=null",
-                              "logging.backends=[csv]", "trainer.log_every_n_updates=50"],
+                              "--name", "pre", "algo.total_steps=120000", "algo.stop_at_score=null",
+                              "logging.backends=[csv]", "trainer.log_every_n_updates=20"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
                              env={**os.environ, "WANDB_MODE": "offline"})
     run_dir = tmp_path / "runs" / "pre" / "a2c-cartpole-local" / "seed0"
     metrics = run_dir / "csv" / "metrics.csv"
     try:
-        _wait_for(lambda: metrics.is_file() and len(metrics.read_text().splitlines()) > 10, 240, "rows logged")
+        _wait_for(lambda: metrics.is_file() and len(metrics.read_text().splitlines()) > 5, 240, "rows logged")
         job = json.loads((tmp_path / "runs" / "pre" / "slurm-jobs.json").read_text())[str(run_dir.resolve())]
         subprocess.run(["scancel", "--signal=USR2", job], check=True, timeout=30)
         stdout, stderr = sweep.communicate(timeout=600)
@@ -115,9 +115,9 @@ def test_a_preempted_job_writes_its_checkpoint_is_requeued_and_resumes_to_the_bu
     log = (run_dir / "sweep.log").read_text()
     assert f"slurm job {job}: run" in log and f"slurm job {job}: resume" in log, log[-3000:]
     stopped = int(log.split("Ctrl-C: stopping at update ")[1].split(";")[0])
-    assert 0 < stopped < 7500, "the job was preempted mid-run"
+    assert 0 < stopped < 3000, "the job was preempted mid-run"
     result = json.loads((run_dir / "result.json").read_text())
-    assert result["agent_steps"] == 300_000 and result["updates"] == 7500
+    assert result["agent_steps"] == 120_000 and result["updates"] == 3000
     with open(metrics, newline="") as fh:
         steps = [int(r["step"]) for r in csv.DictReader(fh)]
-    assert steps == [1, *range(50, 7501, 50)], "a row per logged update, none twice, none missing"
+    assert steps == [1, *range(20, 3001, 20)], "a row per logged update, none twice, none missing"

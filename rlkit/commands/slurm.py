@@ -227,8 +227,6 @@ class SlurmSweep:
         self.plan_name, self.options = plan_name, options
 
     def run(self) -> int:
-        from rlkit.commands.sweep import say
-
         pending = [r for r in self.runs if r.state() != "done"]
         kept = len(self.runs) - len(pending)
         say(f"sweep {self.sweep_dir}: {len(self.runs)} runs as SLURM jobs; {kept} finished (kept), "
@@ -256,8 +254,6 @@ class SlurmSweep:
         return 0
 
     def _follow(self, pending, jobs: dict[str, str]) -> list:
-        from rlkit.commands.sweep import say
-
         waiting = {jobs[str(r.run_dir)]: r for r in pending}
         seen: dict[str, str] = {}
         failed = []
@@ -283,6 +279,10 @@ class SlurmSweep:
                     say(f"sweep: FAILED {r.label} seed {r.seed} (job {job_id} left the queue without a result); "
                         f"see {r.run_dir / 'sweep.log'} and {self.sweep_dir / '.submitit'}")
         return failed
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
 
 
 def _raise_interrupt(signum, frame):
