@@ -121,3 +121,34 @@ def test_a_preempted_job_writes_its_checkpoint_is_requeued_and_resumes_to_the_bu
     with open(metrics, newline="") as fh:
         steps = [int(r["step"]) for r in csv.DictReader(fh)]
     assert steps == [1, *range(20, 3001, 20)], "a row per logged update, none twice, none missing"
+
+
+def test_scancel_stops_every_job_with_its_checkpoint_and_resume_finishes_the_sweep(slurm, tmp_path):
+    """scancel (SLURM's SIGTERM to each job): every run writes its interrupted.ckpt and the sweep
+    says so (exit 1); `rlkit sweep --resume` submits them again and they resume to their budget."""
+    env = {**os.environ, "WANDB_MODE": "offline"}
+    sweep = subprocess.Popen([sys.executable, "-m", "rlkit.cli", "sweep", "a2c-cartpole-local", "--seeds", "0-1",
+                              "--executor", "slurm", "--name", "cut", "algo.total_steps=120000",
+                              "algo.stop_at_score=null", "logging.backends=[csv]", "trainer.log_every_n_updates=20"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env)
+    sweep_dir = tmp_path / "runs" / "cut"
+    runs = [sweep_dir / "a2c-cartpole-local" / f"seed{s}" for s in (0, 1)]
+    try:
+        for run_dir in runs:
+            metrics = run_dir / "csv" / "metrics.csv"
+            _wait_for(lambda: metrics.is_file() and len(metrics.read_text().splitlines()) > 5, 240, "rows logged")
+        jobs = json.loads((sweep_dir / "slurm-jobs.json").read_text())
+        subprocess.run(["scancel", *jobs.values()], check=True, timeout=30)
+        stdout, stderr = sweep.communicate(timeout=300)
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+    assert sweep.returncode == 1, stdout + stderr
+    assert stdout.count("was cancelled; the run wrote its interrupted.ckpt") == 2, stdout
+    for run_dir in runs:
+        assert (run_dir / "checkpoints" / "interrupted.ckpt").is_file() and not (run_dir / "result.json").exists()
+    resumed = rlkit("sweep", "--resume", str(sweep_dir), cwd=tmp_path, timeout=600)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    for run_dir in runs:
+        assert json.loads((run_dir / "result.json").read_text())["agent_steps"] == 120_000
+        assert "resume" in (run_dir / "sweep.log").read_text().split("=== ")[-1].splitlines()[0]

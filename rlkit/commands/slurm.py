@@ -274,6 +274,10 @@ class SlurmSweep:
                     shown = "no episode finished" if score is None else f"score {score:.2f}"
                     say(f"sweep: done {r.label} seed {r.seed} (job {job_id}): {shown}, "
                         f"{result['agent_steps']:,} agent steps in {result['seconds']:.0f} s")
+                elif (r.run_dir / "checkpoints" / "interrupted.ckpt").is_file():
+                    failed.append(r)  # cancelled (scancel): the run stopped the graceful way
+                    say(f"sweep: STOPPED {r.label} seed {r.seed} (job {job_id} was cancelled; the run wrote its "
+                        f"interrupted.ckpt): continue with rlkit sweep --resume {self.sweep_dir}")
                 else:
                     failed.append(r)
                     say(f"sweep: FAILED {r.label} seed {r.seed} (job {job_id} left the queue without a result); "
