@@ -55,8 +55,8 @@ def is_sync_point(update: int, sync_every: int, last_update: int) -> bool:
 
 class EpisodeBuffer:
     """A learner's episodes (raw scores, lengths) and stop request between two sync points: what it
-    shares at the next one (``LearnerLayout.sync_every``). Holds at most ``capacity`` episodes, the
-    newest (the shared record has a fixed size, the same on every learner)."""
+    shares at the next one (``LearnerLayout.sync_every``). :meth:`take` hands over at most
+    ``capacity`` episodes, the newest (the shared record has a fixed size, the same on every learner)."""
 
     def __init__(self) -> None:
         self.scores: list[float] = []

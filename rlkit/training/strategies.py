@@ -34,8 +34,8 @@ import torch
 import torch.distributed as dist
 from lightning.pytorch.strategies import SingleDeviceStrategy
 
-from rlkit.infra.errors import RunFailed, first_line
 from rlkit.infra import upstream
+from rlkit.infra.errors import RunFailed, first_line
 from rlkit.infra.processes import die_with_parent
 from rlkit.infra.upstream import LauncherStrategy
 from rlkit.learner.group import EpisodeBuffer, is_sync_point
