@@ -29,7 +29,9 @@ from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
-from lightning.fabric.strategies.launchers.subprocess_script import _ChildProcessObserver
+from lightning.fabric.strategies.launchers.subprocess_script import (
+    _ChildProcessObserver,
+)
 from lightning.pytorch.callbacks import RichProgressBar
 from lightning.pytorch.strategies import DDPStrategy
 from lightning.pytorch.strategies.launchers.subprocess_script import (

@@ -40,7 +40,11 @@ from rlkit.infra.processes import die_with_parent
 from rlkit.infra.upstream import LauncherStrategy
 from rlkit.learner.group import EpisodeBuffer, is_sync_point
 from rlkit.training.checkpoints import newest_first
-from rlkit.training.launchers import IndependentLauncher, SynchronousLauncher, signal_live
+from rlkit.training.launchers import (
+    IndependentLauncher,
+    SynchronousLauncher,
+    signal_live,
+)
 
 log = logging.getLogger("rlkit")
 
