@@ -31,7 +31,7 @@ HEADER = """\
 
 A recipe is a YAML file of sections (`env`, `algo`, ...). rlkit merges it onto the typed schema in
 `rlkit/config/schema.py` (one dataclass per section), applies the command-line overrides, then checks every
-field's allowed range or choices. Every problem is reported as one line naming the key and what is
+field's allowed range or choices (every number is finite and at most 10^12 in size). Every problem is reported as one line naming the key and what is
 allowed, with exit code 2; nothing is written before the recipe, the communicator and its options
 are valid.
 

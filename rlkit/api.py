@@ -45,6 +45,7 @@ __all__ = [
     "UserError", "RunFailed",
     "Run", "Learner", "RolloutSource", "Transport", "run_store", "first_line", "interrupts_deferred",
     "Batch", "EnvConfig", "make_vector_env", "close_envs", "ScoreKeeper", "die_with_parent", "worker_modules",
+    "write_atomic",
 ]
 
 _LAZY = {
@@ -55,6 +56,7 @@ _LAZY = {
     "close_envs": ("rlkit.learner.envs", "close_envs"),
     "die_with_parent": ("rlkit.infra.processes", "die_with_parent"),
     "interrupts_deferred": ("rlkit.infra.processes", "interrupts_deferred"),
+    "write_atomic": ("rlkit.infra.files", "write_atomic"),
 }
 
 

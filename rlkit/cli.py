@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from rlkit.infra.errors import RunFailed, UserError
@@ -52,6 +53,10 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--root", default="runs", help="folder that holds sweep folders")
     sw.add_argument("--cores", type=int, help="cores the runs may keep busy together (default: all)")
     sw.add_argument("--resume", metavar="SWEEP_DIR", help="continue a sweep: keep finished runs, resume the others")
+    sw.add_argument("--status", metavar="SWEEP_DIR",
+                    help="every run's state (done, running, pending, failed, stopped, waiting), job, agent steps, score")
+    sw.add_argument("--cancel", metavar="SWEEP_DIR",
+                    help="stop the sweep's runs (each writes its interrupted.ckpt) and its SLURM jobs")
     sw.add_argument("--executor", choices=("local", "slurm"),
                     help="where the runs go: local (this machine, the default) or slurm (job arrays via submitit)")
     slurm = sw.add_argument_group("--executor slurm")
@@ -224,6 +229,9 @@ def _plot(args) -> int:
 def _sweep(args) -> int:
     from rlkit.commands.sweep import sweep
 
+    if args.status or args.cancel:
+        return _sweep_status(args)
+
     slurm = None
     given = (args.partition, args.time_min, args.account, args.qos, args.mem_gb, args.array_parallelism, args.sbatch)
     if any(v is not None for v in given):
@@ -235,6 +243,30 @@ def _sweep(args) -> int:
         slurm = SlurmOptions.from_cli(*given)
     return sweep(args.items, args.seeds, args.name, args.root, args.resume, args.cores, executor=args.executor,
                  slurm=slurm)
+
+
+def _sweep_status(args) -> int:
+    from rlkit.commands.sweep import read_plan
+    from rlkit.commands.sweep_status import (
+        cancel_sweep,
+        run_states,
+        status_table,
+        sweep_folders,
+    )
+
+    flag = "--status" if args.status else "--cancel"
+    if args.status and args.cancel or args.items or args.resume or args.seeds or args.name:
+        raise UserError(f"sweep {flag}: give only the sweep folder")
+    sweep_dir = Path(args.status or args.cancel)
+    if not (sweep_dir / "sweep.json").is_file():
+        raise UserError(f"sweep {flag}: {sweep_dir} is not a sweep folder (no sweep.json)")
+    runs = sweep_folders(read_plan(sweep_dir), sweep_dir)
+    if args.status:
+        print(status_table(sweep_dir, run_states(runs, sweep_dir)))
+    else:
+        for line in cancel_sweep(sweep_dir, runs):
+            print(line)
+    return 0
 
 
 def _compare(args) -> int:

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
+from rlkit.infra.files import write_atomic
 from rlkit.testing import plugin_env, processes_of_run
-from rlkit.training.run import write_atomic
 
 BASE = ["trainer.progress_bar=false", "logging.backends=[csv]", "algo.stop_at_score=null",
         "placement.learners=2", "trainer.devices=2", "checkpoint.every_steps=1000000"]

@@ -138,6 +138,12 @@ def test_scancel_stops_every_job_with_its_checkpoint_and_resume_finishes_the_swe
             metrics = run_dir / "csv" / "metrics.csv"
             _wait_for(lambda: metrics.is_file() and len(metrics.read_text().splitlines()) > 5, 240, "rows logged")
         jobs = json.loads((sweep_dir / "slurm-jobs.json").read_text())
+        status = rlkit("sweep", "--status", str(sweep_dir), cwd=tmp_path, timeout=60).stdout.splitlines()
+        assert status[0] == f"sweep {sweep_dir}: 2 runs: 2 running; followed by rlkit sweep (pid {sweep.pid})", status
+        for seed, line in enumerate(status[2:]):
+            cells = line.split()
+            assert cells[:4] == ["a2c-cartpole-local", str(seed), "running", jobs[str(runs[seed])]], status
+            assert int(cells[4].replace(",", "")) > 0, status  # agent steps so far
         subprocess.run(["scancel", *jobs.values()], check=True, timeout=30)
         stdout, stderr = sweep.communicate(timeout=300)
     finally:
@@ -147,8 +153,26 @@ def test_scancel_stops_every_job_with_its_checkpoint_and_resume_finishes_the_swe
     assert stdout.count("was cancelled; the run wrote its interrupted.ckpt") == 2, stdout
     for run_dir in runs:
         assert (run_dir / "checkpoints" / "interrupted.ckpt").is_file() and not (run_dir / "result.json").exists()
+    _wait_for(lambda: not _processes_naming(sweep_dir), 15, "every process of the cancelled jobs to end")
+    status = rlkit("sweep", "--status", str(sweep_dir), cwd=tmp_path, timeout=60).stdout.splitlines()
+    assert status[0] == f"sweep {sweep_dir}: 2 runs: 2 stopped; no rlkit sweep is following it", status
     resumed = rlkit("sweep", "--resume", str(sweep_dir), cwd=tmp_path, timeout=600)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     for run_dir in runs:
         assert json.loads((run_dir / "result.json").read_text())["agent_steps"] == 120_000
         assert "resume" in (run_dir / "sweep.log").read_text().split("=== ")[-1].splitlines()[0]
+
+
+def _processes_naming(folder: Path) -> list[int]:
+    """Live processes whose command line or environment names ``folder``: a job's submitit
+    wrapper, the run it started, and the env workers and learners that run forked (a forked
+    process keeps its parent's command line)."""
+    marker, found = str(folder).encode(), []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if marker in (entry / "cmdline").read_bytes() or marker in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from rlkit.commands.sweep import open_sweep, parse_seeds
+from rlkit.commands.sweep_status import sweep_owner
 from rlkit.infra.errors import UserError
 from rlkit.infra.processes import descendants
 
@@ -56,6 +57,9 @@ def test_same_name_continues_the_same_sweep_and_refuses_another(tmp_path):
     (["sweep", "a2c-cartpole-local", "--cores", "0"], "--cores: 0 is not allowed"),
     (["sweep", "a2c-cartpole-local", "--bogus"], "unrecognized arguments: --bogus"),
     (["sweep"], "sweep: give at least one recipe"),
+    (["sweep", "--status", "no-such-dir"], "sweep --status: no-such-dir is not a sweep folder (no sweep.json)"),
+    (["sweep", "--cancel", "."], "sweep --cancel: . is not a sweep folder (no sweep.json)"),
+    (["sweep", "--status", ".", "a2c-cartpole-local"], "sweep --status: give only the sweep folder"),
 ])
 def test_bad_sweep_input_is_one_line_exit_2(args, needle, tmp_path):
     out = rlkit(*args, cwd=tmp_path)
@@ -79,6 +83,8 @@ def test_a_sweep_folder_runs_one_sweep_at_a_time(tmp_path):
             sweep(["a2c-cartpole-local"], name="s", root=str(tmp_path))
         with pytest.raises(UserError, match="is being run by another rlkit sweep"):
             sweep([], resume=str(folder))
+        assert sweep_owner(folder) == os.getpid()  # what --status and --cancel find
+    assert sweep_owner(folder) is None
     assert not (folder / "a2c-cartpole-local").exists()
 
 
@@ -103,6 +109,14 @@ def test_cartpole_sweep_is_interrupted_resumed_and_compared(tmp_path):
         assert (runs / "seed0" / "result.json").is_file() and not (runs / "seed1" / "result.json").exists()
         children = descendants(sweep.pid)
         assert children, "the run is a child process of the sweep"
+        status = rlkit("sweep", "--status", "runs/cp", cwd=tmp_path)
+        assert status.returncode == 0, status.stderr
+        lines = status.stdout.splitlines()
+        assert lines[0] == f"sweep runs/cp: 2 runs: 1 done, 1 running; followed by rlkit sweep (pid {sweep.pid})", lines
+        seed0, seed1 = (line.split() for line in lines[2:])
+        done = json.loads((runs / "seed0" / "result.json").read_text())
+        assert seed0 == ["a2c-cartpole-local", "0", "done", f"{done['agent_steps']:,}", f"{done['score_mean']:.1f}"]
+        assert seed1[:3] == ["a2c-cartpole-local", "1", "running"] and int(seed1[3]) in children and int(seed1[4].replace(",", "")) > 0
         sweep.send_signal(signal.SIGINT)
         out, _ = sweep.communicate(timeout=150)
     finally:
@@ -112,6 +126,8 @@ def test_cartpole_sweep_is_interrupted_resumed_and_compared(tmp_path):
     assert not [p for p in children if Path(f"/proc/{p}").exists()], "a run outlived the sweep"
     assert (runs / "seed1" / "checkpoints" / "interrupted.ckpt").is_file()
     assert not (runs / "seed1" / "result.json").exists()
+    status = rlkit("sweep", "--status", "runs/cp", cwd=tmp_path).stdout.splitlines()
+    assert status[0] == "sweep runs/cp: 2 runs: 1 done, 1 stopped; no rlkit sweep is following it", status
     kept = (runs / "seed0" / "result.json").stat().st_mtime_ns
 
     again = rlkit("sweep", "--resume", "runs/cp", cwd=tmp_path, timeout=300)
@@ -132,6 +148,33 @@ def test_cartpole_sweep_is_interrupted_resumed_and_compared(tmp_path):
     rows = [line for line in md.splitlines() if line.startswith("| a2c-cartpole-local")]
     assert len(rows) == 1 and "| 2 |" in rows[0]
     assert "CartPole-v1" in md and (tmp_path / "runs" / "cp" / "curves.png").stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_cancel_stops_a_running_local_sweep_and_status_follows_it(tmp_path):
+    run = tmp_path / "runs" / "c" / "a2c-cartpole-local" / "seed0"
+    sweep = subprocess.Popen([sys.executable, "-m", "rlkit.cli", "sweep", "a2c-cartpole-local", "--name", "c",
+                              *TINY, "algo.total_steps=10000000"], cwd=tmp_path, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, env=dict(os.environ, WANDB_MODE="offline"))
+    try:
+        wait_for(lambda: any((run / "checkpoints").glob("update-*.ckpt")), 300, "the first checkpoint")
+        children = descendants(sweep.pid)
+        status = rlkit("sweep", "--status", "runs/c", cwd=tmp_path).stdout.splitlines()
+        assert status[0] == f"sweep runs/c: 1 runs: 1 running; followed by rlkit sweep (pid {sweep.pid})", status
+        cancel = rlkit("sweep", "--cancel", "runs/c", cwd=tmp_path, timeout=200)
+        out, _ = sweep.communicate(timeout=30)  # --cancel returns once the sweep has stopped
+    finally:
+        sweep.kill()
+    assert cancel.returncode == 0, cancel.stderr
+    assert cancel.stdout.splitlines() == [f"sweep --cancel: rlkit sweep (pid {sweep.pid}) stopped",
+                                          "sweep --cancel: 1 runs unfinished; continue with: rlkit sweep --resume runs/c"]
+    assert sweep.returncode == 130 and "sweep: SIGTERM: stopping 1 runs" in out, out
+    assert not [p for p in children if Path(f"/proc/{p}").exists()], "a run outlived the sweep"
+    assert (run / "checkpoints" / "interrupted.ckpt").is_file()
+    status = rlkit("sweep", "--status", "runs/c", cwd=tmp_path).stdout.splitlines()
+    assert status[0] == "sweep runs/c: 1 runs: 1 stopped; no rlkit sweep is following it", status
+    again = rlkit("sweep", "--cancel", "runs/c", cwd=tmp_path)
+    assert again.stdout.splitlines()[0] == "sweep --cancel: nothing is running"
 
 
 @pytest.mark.slow

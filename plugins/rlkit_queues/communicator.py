@@ -10,7 +10,7 @@ same shape; GA3C instead sends a shorter segment at an episode end: the returns 
 
 from __future__ import annotations
 
-from rlkit.api import UserError, hookimpl
+from rlkit.api import UserError, hookimpl, write_atomic
 
 
 class QueuesCommunicator:
@@ -58,7 +58,7 @@ class QueuesCommunicator:
         if self.pipeline is not None:
             self.pipeline.close()
             if self.pipeline.tuning_log:
-                (run.run_dir / "queues-tuning.log").write_text("\n".join(self.pipeline.tuning_log) + "\n")
+                write_atomic(run.run_dir / "queues-tuning.log", "\n".join(self.pipeline.tuning_log) + "\n")
 
 
 def _torch_dtype(np_dtype):

@@ -6,6 +6,7 @@ to a target score and agent steps/s; learning curves with CI bands (PNG); the ta
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import re
@@ -20,6 +21,7 @@ from rlkit.commands.plot import read_metrics
 from rlkit.commands.stats import Estimate, iqm_band, iqm_estimate
 from rlkit.commands.sweep import SWEEP_FILE
 from rlkit.infra.errors import UserError
+from rlkit.infra.files import write_atomic, write_atomic_with
 
 CURVE_POINTS = 100
 
@@ -165,7 +167,7 @@ def plot_curves(groups: dict[str, dict[str, list[RunRecord]]], output: Path) -> 
         ax.legend(fontsize=8)
     fig.tight_layout()
     output.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(output, dpi=110)
+    write_atomic_with(output, lambda fh: fig.savefig(fh, format="png", dpi=110))
     plt.close(fig)
     return output
 
@@ -179,7 +181,7 @@ def compare(paths: list[str], target: float | None = None, out_dir: str | None =
     text = markdown(groups, target)
     where.mkdir(parents=True, exist_ok=True)
     table = where / "compare.md"
-    table.write_text(text)
+    write_atomic(table, text)
     write_csvs(groups, where)
     return text, table, plot_curves(groups, where / "curves.png")
 
@@ -192,20 +194,16 @@ def write_csvs(groups: dict[str, dict[str, list[RunRecord]]], where: Path) -> tu
     """``runs.csv`` (one row per run: its final score and speed, the numbers behind the table) and
     ``curves.csv`` (every run's logged score against agent steps, the numbers behind the plot)."""
     runs_csv, curves_csv = where / "runs.csv", where / "curves.csv"
-    with runs_csv.open("w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["env", "recipe", "communicator", "run", "finished", "final_score", "agent_steps_per_s"])
-        for env, by_label in groups.items():
-            for label, runs in by_label.items():
-                for r in runs:
-                    w.writerow([env, label, r.communicator, _run_name(r), int(r.finished),
-                                "" if r.final is None else f"{r.final:.6g}", "" if r.sps is None else f"{r.sps:.6g}"])
-    with curves_csv.open("w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["env", "recipe", "run", "agent_steps", "score_mean"])
-        for env, by_label in groups.items():
-            for label, runs in by_label.items():
-                for r in runs:
-                    for steps, score in r.curve:
-                        w.writerow([env, label, _run_name(r), int(steps), f"{score:.6g}"])
+    runs = [["env", "recipe", "communicator", "run", "finished", "final_score", "agent_steps_per_s"]]
+    curves = [["env", "recipe", "run", "agent_steps", "score_mean"]]
+    for env, by_label in groups.items():
+        for label, records in by_label.items():
+            for r in records:
+                runs.append([env, label, r.communicator, _run_name(r), int(r.finished),
+                             "" if r.final is None else f"{r.final:.6g}", "" if r.sps is None else f"{r.sps:.6g}"])
+                curves += [[env, label, _run_name(r), int(steps), f"{score:.6g}"] for steps, score in r.curve]
+    for path, rows in ((runs_csv, runs), (curves_csv, curves)):
+        text = io.StringIO(newline="")
+        csv.writer(text).writerows(rows)
+        write_atomic(path, text.getvalue())
     return runs_csv, curves_csv

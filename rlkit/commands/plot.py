@@ -6,6 +6,7 @@ import csv
 from pathlib import Path
 
 from rlkit.infra.errors import UserError
+from rlkit.infra.files import write_atomic_with
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:
@@ -42,6 +43,6 @@ def plot_runs(run_dirs: list[str], output: str, metrics: list[str], x: str = "ag
         ax.legend(fontsize=8)
     fig.tight_layout()
     Path(output).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(output, dpi=110)
+    write_atomic_with(output, lambda fh: fig.savefig(fh, format="png", dpi=110))
     plt.close(fig)
     return output

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlkit.infra.errors import UserError
+from rlkit.infra.files import write_atomic
 from rlkit.infra.processes import die_with_parent
-from rlkit.training.run import write_atomic
 
 JOBS_FILE = "slurm-jobs.json"
 POLL_S = 2.0
@@ -155,8 +155,12 @@ def node_cpus() -> int:
     return max(counts)
 
 
+def has_slurm() -> bool:
+    return shutil.which("sbatch") is not None and shutil.which("squeue") is not None
+
+
 def check_cluster() -> None:
-    if shutil.which("sbatch") is None or shutil.which("squeue") is None:
+    if not has_slurm():
         raise UserError("--executor: slurm is not allowed here: sbatch and squeue are not on PATH (use local, or run "
                         "scripts/slurm-up for a one-node SLURM on this machine)")
 
@@ -189,13 +193,13 @@ def submit(runs, sweep_dir: Path, plan_name: str, options: SlurmOptions) -> dict
             submitted = [executor.submit(RunJob(str(r.run_dir), list(r.run_args))) for r in group]
         for r, job in zip(group, submitted):
             jobs[str(r.run_dir)] = job.job_id
-    known = _read_jobs(sweep_dir)
+    known = read_jobs(sweep_dir)
     known.update(jobs)
     write_atomic(sweep_dir / JOBS_FILE, json.dumps(known, indent=2) + "\n")
     return jobs
 
 
-def _read_jobs(sweep_dir: Path) -> dict[str, str]:
+def read_jobs(sweep_dir: Path) -> dict[str, str]:
     path = sweep_dir / JOBS_FILE
     try:
         return json.loads(path.read_text()) if path.is_file() else {}

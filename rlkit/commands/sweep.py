@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from rlkit.commands.sweep_status import LOCK_FILE, record_run
 from rlkit.infra.errors import UserError
 from rlkit.infra.processes import die_with_parent
 
@@ -183,7 +184,7 @@ def sweep(items: list[str], seeds: str | None = None, name: str | None = None, r
     ``slurm`` a SlurmOptions). The exit code: 0 when every run finished, 1 when one failed, 130
     when interrupted. A resumed sweep keeps its executor and SLURM options unless given again."""
     from rlkit.hooks.manager import build_plugin_manager
-    from rlkit.training.run import write_atomic
+    from rlkit.infra.files import write_atomic
 
     if cores is not None and cores < 1:
         raise UserError(f"--cores: {cores} is not allowed; must be >= 1")
@@ -213,12 +214,15 @@ def sweep(items: list[str], seeds: str | None = None, name: str | None = None, r
 def _only_sweep_of(sweep_dir: Path):
     """An exclusive lock on the sweep folder for as long as this sweep runs (the kernel drops it
     when the process dies): a second ``rlkit sweep`` of the same folder would start the same runs."""
-    with open(sweep_dir / ".lock", "w") as fh:
+    with open(sweep_dir / LOCK_FILE, "a+") as fh:  # not truncated before the lock is ours
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise UserError(f"sweep: {sweep_dir} is being run by another rlkit sweep; wait for it or stop it "
-                            "(Ctrl-C), then resume") from None
+                            f"(Ctrl-C, or rlkit sweep --cancel {sweep_dir}), then resume") from None
+        fh.truncate(0)
+        fh.write(str(os.getpid()))  # who follows the sweep, for --status and --cancel
+        fh.flush()
         yield
 
 
@@ -282,10 +286,12 @@ class Scheduler:
             proc = subprocess.Popen(r.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True, preexec_fn=_prepare_child)
         self.running[proc] = r
+        record_run(self.sweep_dir, r.run_dir, state="running", pid=proc.pid)
         verb = "resume" if how == "resume" else "start"
         say(f"sweep: {verb} {r.label} seed {r.seed} ({r.cores} core{'s' * (r.cores > 1)}) -> {r.run_dir}")
 
     def _finished(self, r: SweepRun, code: int) -> None:
+        record_run(self.sweep_dir, r.run_dir, state="done" if code == 0 else "failed", exit_code=code)
         if code == 0 and r.state() == "done":
             result = json.loads((r.run_dir / "result.json").read_text())
             score = result.get("score_mean")

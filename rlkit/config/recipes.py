@@ -6,6 +6,7 @@ Every failure is a :class:`UserError` whose message names the key and what is al
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import textwrap
@@ -186,6 +187,11 @@ def _mismatch_in(old: Any, new: Any, key: str = "") -> tuple[str, str] | None:
     return None
 
 
+# No count, size or step in a recipe comes near this (GALA's longest runs are 4e7 frames); beyond
+# it int64 counters, timedelta ETAs and float32 step arithmetic start to overflow or round.
+LARGEST = 10**12
+
+
 def check_ranges(obj: Any, prefix: str = "") -> None:
     """Check every field's ``gt``/``ge``/``le``/``choices`` metadata, recursively."""
     for f in dataclasses.fields(obj):
@@ -208,8 +214,14 @@ def _range_problem(value: Any, meta: Any) -> str | None:
         return ("choose from: " + ", ".join(map(str, choices))) if bad else None
     if choices and value not in choices:
         return "choose one of: " + ", ".join(map(str, choices))
+    if isinstance(value, list):
+        return next((p for p in (_range_problem(v, {}) for v in value) if p), None)
     if not isinstance(value, (int, float)):
         return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return "must be a finite number"
+    if abs(value) > LARGEST:
+        return f"must be between -{LARGEST:,} and {LARGEST:,} (larger numbers overflow the counters and clocks downstream)"
     for bound, ok, word in (("gt", lambda v, b: v > b, ">"), ("ge", lambda v, b: v >= b, ">="),
                             ("le", lambda v, b: v <= b, "<=")):
         limit = meta.get(bound)

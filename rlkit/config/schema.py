@@ -134,7 +134,7 @@ class CheckpointConfig:
 @dataclass
 class RunConfig:
     env: EnvConfig = opt(factory=EnvConfig, help="environment")
-    seed: int = opt(0, "seed for envs, network init and sampling", ge=0)
+    seed: int = opt(0, "seed for envs, network init and sampling", ge=0, le=2**32 - 1)
     model: ModelConfig = opt(factory=ModelConfig, help="network")
     algo: AlgoConfig = opt(factory=AlgoConfig, help="learning algorithm")
     trainer: TrainerConfig = opt(factory=TrainerConfig, help="Lightning Trainer settings")

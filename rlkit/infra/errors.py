@@ -14,6 +14,15 @@ class RunFailed(Exception):
     exit_code = 1
 
 
+class StorageError(RunFailed):
+    """A file of the run could not be written (a full disk, a folder made read-only or removed).
+    Exit code 1; the files written before are whole (see rlkit.infra.files)."""
+
+    def __init__(self, path, exc: OSError):
+        self.path, self.errno = path, exc.errno
+        super().__init__(f"cannot write {path}: {exc.strerror or type(exc).__name__}")
+
+
 def first_line(exc: BaseException, limit: int = 200) -> str:
     """An exception's message in one line (backend errors span many)."""
     text = str(exc).strip()

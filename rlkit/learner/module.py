@@ -19,11 +19,18 @@ from rlkit.hooks.layout import Topology
 from rlkit.hooks.protocols import RolloutSource
 from rlkit.infra import upstream
 from rlkit.infra.errors import RunFailed
+from rlkit.infra.files import AppendOnlyCSV
 from rlkit.infra.startup import end_startup
 from rlkit.learner import rng
 from rlkit.learner.envs import is_atari
 from rlkit.learner.group import LearnerGroup, total_agent_steps
-from rlkit.learner.losses import a2c_loss, explained_variance, normalize, returns_and_advantages, update_size
+from rlkit.learner.losses import (
+    a2c_loss,
+    explained_variance,
+    normalize,
+    returns_and_advantages,
+    update_size,
+)
 from rlkit.learner.models import ActorCritic
 from rlkit.learner.optim import make_optimizer
 
@@ -353,31 +360,17 @@ LEARNER_COLUMNS = ("agent_steps", "loss/value", "loss/entropy", "loss/policy", "
 
 
 class LearnerLog:
-    """One learner's own CSV: a row per log interval, written when logged. A resumed run keeps
-    the rows up to the update it resumed from (later ones are redone)."""
+    """One learner's own CSV: a row per log interval, appended when logged. A resumed run keeps
+    the rows up to the update it resumed from (later ones are redone); see :class:`AppendOnlyCSV`."""
 
     def __init__(self, path, keep_up_to: int = 0):
-        import csv
-
-        self.path = path
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        kept = []
-        if self.path.is_file() and keep_up_to > 0:
-            with open(self.path, newline="") as fh:
-                kept = [r for r in csv.DictReader(fh) if r.get("step") and int(float(r["step"])) <= keep_up_to]
-        self.fields = ["step", *LEARNER_COLUMNS, "learner_agent_steps"]
-        self._fh = open(self.path, "w", newline="")
-        self._writer = csv.DictWriter(self._fh, fieldnames=self.fields, extrasaction="ignore")
-        self._writer.writeheader()
-        self._writer.writerows(kept)
-        self._fh.flush()
+        self._file = AppendOnlyCSV(path, keep_up_to=keep_up_to or None, fields=[*LEARNER_COLUMNS, "learner_agent_steps"])
 
     def write(self, step: int, row: dict[str, float]) -> None:
-        self._writer.writerow({"step": step, **row})
-        self._fh.flush()
+        self._file.write({"step": step, **row})
 
     def close(self) -> None:
-        self._fh.close()
+        self._file.close()
 
 
 class _Window:

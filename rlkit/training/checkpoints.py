@@ -31,23 +31,55 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     return ckpt
 
 
-def newest_first(paths) -> list[Path]:
-    """Checkpoint files, the furthest-trained first: by the update counter stored in each (read
-    through a memory map, so no tensor is loaded), then by modification time. A copied run folder
-    gives every file the same fresh mtime, so mtime alone would not say which is newest. Files
-    whose counter cannot be read come last, newest mtime first (loading them will say why)."""
+def stored_step(path: Path) -> int | None:
+    """The update counter a checkpoint holds, read through a memory map (no tensor is loaded);
+    None where the file is no readable checkpoint (empty, cut short, not torch's)."""
     import torch
 
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return int(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["global_step"])
+    except Exception:
+        return None
+
+
+def newest_first(paths) -> list[Path]:
+    """Checkpoint files, the furthest-trained first: by the update counter stored in each, then
+    by modification time. A copied run folder gives every file the same fresh mtime, so mtime
+    alone would not say which is newest. Files whose counter cannot be read come last, newest
+    mtime first (loading them will say why)."""
     def key(path: Path) -> tuple[int, int, float]:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                step = int(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["global_step"])
-            return (1, step, path.stat().st_mtime)
-        except Exception:
-            return (0, 0, path.stat().st_mtime)
+        step = stored_step(path)
+        return (0, 0, path.stat().st_mtime) if step is None else (1, step, path.stat().st_mtime)
 
     return sorted((Path(p) for p in paths), key=key, reverse=True)
+
+
+def pick_checkpoint(folder: Path, say) -> tuple[Path, dict[str, Any]]:
+    """The newest checkpoint in ``folder`` that loads, and its dict. ``say`` gets one line for
+    every file passed over and why (a run killed while writing, a damaged disk), then one naming
+    the checkpoint chosen. A UserError where none loads."""
+    ckpts = newest_first(folder.glob("*.ckpt"))
+    if not ckpts:
+        raise UserError(f"resume: {folder.parent} has no checkpoint to resume from (checkpoints/*.ckpt)")
+    chosen, reasons = None, []
+    for path in ckpts:
+        if chosen is not None:  # older ones are not loaded; an unreadable one is still named
+            if stored_step(path) is None:
+                reasons.append(f"rlkit: resume: skipping {path}: not a readable torch checkpoint")
+            continue
+        try:
+            chosen = (path, load_checkpoint(path))
+        except UserError as exc:
+            reasons.append(f"rlkit: resume: skipping {path}: {str(exc).removeprefix(f'checkpoint {path}: ')}")
+    for line in reasons:
+        say(line)
+    if chosen is None:
+        raise UserError(f"resume: no checkpoint in {folder} can be read (each is named above)")
+    path, ckpt = chosen
+    say(f"rlkit: resume: continuing from {path} (update {int(ckpt.get('global_step', 0)):,})")
+    return chosen
 
 
 def _offender(exc: Exception) -> str:

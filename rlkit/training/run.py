@@ -15,7 +15,8 @@ from rlkit.config.recipes import load_recipe, to_container, to_yaml, validate_op
 from rlkit.config.runtime import Run
 from rlkit.config.schema import RunConfig
 from rlkit.hooks.manager import RlkitPluginManager, build_plugin_manager
-from rlkit.infra.errors import UserError
+from rlkit.infra.errors import StorageError, UserError
+from rlkit.infra.files import write_atomic
 from rlkit.infra.memory import keep_freed_memory
 from rlkit.infra.startup import end_startup
 from rlkit.training.runhooks import RunHooks
@@ -77,22 +78,12 @@ def resume(run_dir: str | Path, overrides: Iterable[str] = (), manager: RlkitPlu
     """Continue the run in ``run_dir`` from its newest checkpoint: its recipe (plus ``overrides``),
     parameters, optimizer and lr-schedule state, update and agent-step counters, score window,
     plugin state, and the same W&B run. The environments start afresh (their state is not saved)."""
-    from rlkit.training.checkpoints import load_checkpoint, newest_first
+    from rlkit.training.checkpoints import pick_checkpoint
 
     run_dir = Path(run_dir)
     if not (run_dir / "recipe.yaml").is_file():
         raise UserError(f"resume: {run_dir} is not a run folder (no recipe.yaml)")
-    ckpts = newest_first((run_dir / "checkpoints").glob("*.ckpt"))
-    if not ckpts:
-        raise UserError(f"resume: {run_dir} has no checkpoint to resume from (checkpoints/*.ckpt)")
-    for ckpt in ckpts:  # a run killed while writing its newest one falls back to the one before
-        try:
-            load_checkpoint(ckpt)
-            break
-        except UserError as exc:
-            if ckpt == ckpts[-1]:
-                raise
-            print(f"rlkit: skipping {ckpt.name}: {exc}", file=sys.stderr)
+    ckpt, _ = pick_checkpoint(run_dir / "checkpoints", lambda line: print(line, file=sys.stderr, flush=True))
     placed = [f"logging.root={run_dir.parent}", f"logging.run_name={run_dir.name}"]
     return train(str(run_dir / "recipe.yaml"), [*overrides, *placed], manager, resume_from=ckpt)
 
@@ -117,7 +108,10 @@ def train(recipe_name: str, overrides: Iterable[str] = (), manager: RlkitPluginM
     try:
         hooks.configure()  # may still refuse the recipe: nothing is written before it agrees
         if run.launcher:  # launched learners read this folder (resume reads recipe.yaml): never rewrite it
-            _write_run_dir(run)
+            try:
+                _write_run_dir(run)
+            except (OSError, StorageError) as exc:  # nothing has started: the user's to fix
+                raise UserError(f"logging.root: {exc if isinstance(exc, StorageError) else _os_error(exc)}") from None
         if resume_from is None:  # a resumed run's envs get other seeds (ActorCriticModule.env_seed)
             hooks.start_envs()  # they reset while torch and Lightning import
         return _fit(run, hooks, spaces, resume_from)
@@ -148,9 +142,9 @@ def _fit(run: Run, hooks: RunHooks, spaces, resume_from: Path | None = None) -> 
     module = ActorCriticModule(cfg, *spaces, hooks=hooks, recipe_dict=to_container(cfg))
     resume_step = None
     if resume_from is not None:
-        from rlkit.training.checkpoints import load_checkpoint
+        from rlkit.training.checkpoints import stored_step
 
-        resume_step = int(load_checkpoint(resume_from).get("global_step", 0))
+        resume_step = stored_step(resume_from) or 0
     trainer = build_trainer(run, hooks, resume_step)
     start = time.perf_counter()
     try:
@@ -217,6 +211,10 @@ def _run_dir(cfg: RunConfig, recipe_name: str) -> Path:
     return Path(cfg.logging.root) / name
 
 
+def _os_error(exc: OSError) -> str:
+    return f"cannot write {exc.filename}: {exc.strerror}" if exc.filename else str(exc)
+
+
 def _write_run_dir(run: Run) -> None:
     """The launching process only. A reader (a learner being launched, ``rlkit resume``) sees the old
     or the new recipe.yaml, never one cut short: each file is replaced, not rewritten in place."""
@@ -225,16 +223,6 @@ def _write_run_dir(run: Run) -> None:
     id_file = run.run_dir / "wandb-id"
     if not id_file.exists():  # one W&B run per run folder, continued on resume
         write_atomic(id_file, datetime.now().strftime("%Y%m%d%H%M%S") + os.urandom(3).hex())
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to a sibling temporary file, then rename it over ``path``."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 __all__ = ["train", "resume", "prepare", "RunResult"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import math
 import os
@@ -9,14 +10,17 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.plugins import TorchCheckpointIO
 
 from rlkit.config.recipes import to_container
 from rlkit.config.runtime import Run
 from rlkit.config.schema import RunConfig
 from rlkit.infra import upstream
+from rlkit.infra.files import write_atomic
 from rlkit.infra.processes import exit_at_once_on_next_interrupt
 from rlkit.training.runhooks import RunHooks
 
@@ -41,6 +45,24 @@ def checkpoint_every(cfg: RunConfig) -> int:
     return max(1, math.ceil(cfg.checkpoint.every_steps / per_update))
 
 
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint writer, made atomic on a local disk: Lightning serialises to memory and
+    lets fsspec copy a temporary file from the system temp folder into place, so a kill or a full
+    disk during the copy leaves a half-written ``update-N.ckpt`` under its final name. Here the
+    file is written beside its final name, fsynced and renamed: it is whole or it is not there."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
+        import torch
+
+        if storage_options is not None:
+            raise TypeError(f"{type(self).__name__} takes no storage_options")
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        buffer = io.BytesIO()  # serialised first: torch's zip writer turns a failed write into a C++ error
+        torch.save(checkpoint, buffer)
+        write_atomic(path, buffer.getbuffer())
+
+
 def build_trainer(run: Run, hooks: RunHooks, resume_step: int | None = None) -> pl.Trainer:
     quiet_lightning()
     cfg = run.recipe
@@ -56,7 +78,7 @@ def build_trainer(run: Run, hooks: RunHooks, resume_step: int | None = None) -> 
     return pl.Trainer(
         accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes, precision=t.precision,
         strategy=hooks.make_strategy(), max_steps=cfg.updates_per_learner(), max_epochs=-1,
-        logger=build_loggers(run, resume_step), callbacks=callbacks, log_every_n_steps=1,
+        logger=build_loggers(run, resume_step), callbacks=callbacks, plugins=[AtomicCheckpointIO()], log_every_n_steps=1,
         enable_progress_bar=t.progress_bar, enable_model_summary=False, num_sanity_val_steps=0,
         use_distributed_sampler=False, default_root_dir=str(run.run_dir), benchmark=False)
 
@@ -155,19 +177,16 @@ def wandb_mode(configured: str) -> str:
 
 
 def build_loggers(run: Run, resume_step: int | None = None) -> list:
-    from lightning.pytorch.loggers import CSVLogger
+    from rlkit.training.csvlog import MetricsCSVLogger
 
     cfg = run.recipe
     log = cfg.logging
     loggers: list = []
     backends = list(log.backends)
     if "csv" in backends:
-        # every row reaches the file when it is logged (rows are appended), so a running run can be
-        # read and plotted; Lightning's default keeps 100 in memory
-        csv_logger = CSVLogger(save_dir=str(run.run_dir), name="csv", version="", flush_logs_every_n_steps=1)
-        if resume_step is not None:
-            _keep_csv_rows(csv_logger, resume_step)
-        loggers.append(csv_logger)
+        # every row reaches the file when it is logged (appended), so a running run can be read
+        # and plotted; a resumed run keeps the rows up to its checkpoint's update
+        loggers.append(MetricsCSVLogger(run.run_dir, keep_up_to=resume_step))
     if "tensorboard" in backends:
         from lightning.pytorch.loggers import TensorBoardLogger
 
@@ -187,23 +206,6 @@ def build_loggers(run: Run, resume_step: int | None = None) -> list:
         _skip_unstaged_launch_inputs()
         loggers.append(wandb_logger)
     return loggers
-
-
-def _keep_csv_rows(logger, before_step: int) -> None:
-    """Lightning's CSV writer deletes metrics.csv when it starts; a resumed run keeps the rows
-    logged before the checkpoint's update (later ones were logged after it and are redone)."""
-    import csv
-
-    path = Path(logger.log_dir) / "metrics.csv"
-    if not path.is_file():
-        return
-    with open(path, newline="") as fh:
-        rows = [r for r in csv.DictReader(fh) if r.get("step") and int(float(r["step"])) <= before_step]
-    writer = logger.experiment  # created now: it deletes the file
-    if not rows or not hasattr(writer, "metrics_keys"):
-        return
-    writer.metrics = [{k: (int(float(v)) if k == "step" else float(v)) for k, v in r.items() if v != ""} for r in rows]
-    writer.save()
 
 
 def _wandb_settings():

@@ -91,7 +91,7 @@ def test_two_nodes_gossip_over_torch_distributed(tmp_path):
 @pytest.mark.parametrize("transport", ["dist"])  # shm: the conformance suite's kill test (test_conformance_local.py)
 def test_killing_a_learner_leaves_the_others_to_finish(tmp_path, transport):
     run_dir = tmp_path / "kill"
-    proc = subprocess.Popen(cli(tmp_path, "kill", "algo.total_steps=240000", "algo.stop_at_score=null",
+    proc = subprocess.Popen(cli(tmp_path, "kill", "algo.total_steps=120000", "algo.stop_at_score=null",
                                 "communication.options.peer_timeout_s=5", f"communication.options.transport={transport}"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
