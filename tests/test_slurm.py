@@ -176,3 +176,44 @@ def _processes_naming(folder: Path) -> list[int]:
             except OSError:
                 continue
     return found
+
+
+TASK_RECORDER = '''
+import json, os
+from rlkit.hooks.records import hookimpl
+
+@hookimpl
+def rlkit_learner_start(run, module):
+    keys = ("SLURM_PROCID", "SLURM_STEP_ID", "SLURM_JOB_ID", "LOCAL_RANK")
+    seen = {"rank": module.global_rank, "world": module.trainer.world_size, "pid": os.getpid(),
+            "ppid": os.getppid(), **{k: os.environ.get(k) for k in keys}}
+    with open(os.path.join(os.environ["TASKS_SEEN"], f"rank{module.global_rank}.json"), "w") as fh:
+        json.dump(seen, fh)
+'''
+
+
+def test_allreduce_learners_as_two_slurm_tasks_reach_the_cartpole_target(slurm, tmp_path):
+    """docs/slurm/learners-as-tasks.sbatch: each learner is its own SLURM task (srun), the process
+    group formed from SLURM's variables, not launched by rlkit; the run solves CartPole."""
+    from rlkit.testing import plugin_env
+
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    env = plugin_env(tmp_path, "task_recorder", TASK_RECORDER, TASKS_SEEN=str(seen), RLKIT_PYTHON=sys.executable)
+    run_dir = tmp_path / "runs" / "ar"
+    out = subprocess.run(["sbatch", "--parsable", "--wait", "--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1",
+                          f"--output={tmp_path / 'job.out'}", str(ROOT / "docs" / "slurm" / "learners-as-tasks.sbatch"),
+                          str(run_dir), "a2c-cartpole-allreduce", "logging.backends=[csv]"],
+                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=900)
+    log = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").is_file() else ""
+    assert out.returncode == 0, out.stderr + log[-3000:]
+    job = out.stdout.strip().split(";")[0]
+    tasks = sorted((json.loads(p.read_text()) for p in seen.glob("rank*.json")), key=lambda t: t["rank"])
+    assert [(t["rank"], t["world"], t["SLURM_PROCID"], t["SLURM_JOB_ID"]) for t in tasks] == \
+        [(0, 2, "0", job), (1, 2, "1", job)], tasks
+    assert all(t["SLURM_STEP_ID"] not in (None, "batch") for t in tasks), "each learner is a task of an srun step"
+    assert tasks[0]["pid"] != tasks[1]["ppid"] and tasks[1]["pid"] != tasks[0]["ppid"], "no learner launched the other"
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["solved"] and result["score_mean"] >= 475 and result["agent_steps"] < 300_000, result
+    assert log.count("CartPole-v1: mean raw score") == 1, log  # one summary: rank 0's
+    assert "srun" not in log and "Traceback" not in log, log[-3000:]
