@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow  # scripts/test runs a file on one worker (--dist loadfile): one cluster at a time
 
 
 @pytest.fixture(scope="module")
@@ -217,3 +217,28 @@ def test_allreduce_learners_as_two_slurm_tasks_reach_the_cartpole_target(slurm, 
     assert result["solved"] and result["score_mean"] >= 475 and result["agent_steps"] < 300_000, result
     assert log.count("CartPole-v1: mean raw score") == 1, log  # one summary: rank 0's
     assert "srun" not in log and "Traceback" not in log, log[-3000:]
+
+
+def test_a_job_reaching_its_time_limit_is_requeued_and_resumes_to_the_budget(slurm, tmp_path):
+    """--time 2: the job asks SLURM for USR2 30 s before its limit (rlkit.commands.slurm.signal_delay_s),
+    so a run that needs more than one 2-minute job (800k steps, ~100 s of training here) is stopped
+    and requeued by SLURM's own clock and still ends at its budget with one CSV row per logged
+    update; no job is killed at its limit."""
+    import csv
+
+    out = rlkit("sweep", "a2c-cartpole-local", "--executor", "slurm", "--name", "tl", "--time", "2",
+                "algo.total_steps=800000", "algo.stop_at_score=null", "logging.backends=[csv]",
+                "trainer.log_every_n_updates=20", cwd=tmp_path, timeout=900)
+    assert out.returncode == 0, out.stdout + out.stderr
+    run_dir = tmp_path / "runs" / "tl" / "a2c-cartpole-local" / "seed0"
+    log = (run_dir / "sweep.log").read_text()
+    job = json.loads((tmp_path / "runs" / "tl" / "slurm-jobs.json").read_text())[str(run_dir.resolve())]
+    segments = log.count(f"slurm job {job}: ")
+    assert segments >= 2 and "Ctrl-C: stopping at update" in log, log[-3000:]  # stopped by the limit's signal
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["agent_steps"] == 800_000 and result["updates"] == 20_000
+    with open(run_dir / "csv" / "metrics.csv", newline="") as fh:
+        steps = [int(r["step"]) for r in csv.DictReader(fh)]
+    assert steps == [1, *range(20, 20_001, 20)], "a row per logged update, none twice, none missing"
+    job_logs = "".join(p.read_text() for p in (tmp_path / "runs" / "tl" / ".submitit").rglob("*.err"))
+    assert "DUE TO TIME LIMIT" not in job_logs, job_logs[-2000:]

@@ -130,7 +130,8 @@ class AppendOnlyCSV:
         if self.path.is_file() and self.path.stat().st_size:
             limit = keep_up_to if keep_up_to is not None else -1
             header, rows, damaged = read_rows(self.path, keep=lambda r: r["step"] <= limit)
-            total = sum(1 for _ in open(self.path, "rb")) - 1
+            with open(self.path, "rb") as fh:
+                total = sum(1 for _ in fh) - 1
             self.fields = sorted({*self.fields, *header})
             if header == self.fields and damaged == 0 and len(rows) == total:
                 self._fh = open(self.path, "a", newline="")
