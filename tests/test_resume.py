@@ -38,7 +38,7 @@ def test_killed_run_resumes_the_state_of_its_newest_checkpoint(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "rlkit.cli", "run", "a2c-cartpole-local", "trainer.progress_bar=false",
                              "logging.backends=[csv,wandb]", f"logging.root={tmp_path}", "logging.run_name=r",
                              "checkpoint.every_steps=10000", "algo.stop_at_score=null"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ, WANDB_MODE="offline"))
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_own_wandb_service())
     try:
         deadline = time.monotonic() + 300  # two checkpoints: 20k agent steps (minutes on 2 busy cores)
         while time.monotonic() < deadline and len(list((run_dir / "checkpoints").glob("update-*.ckpt"))) < 2:
@@ -102,3 +102,10 @@ def test_newest_first_orders_by_stored_update_not_mtime(tmp_path):
     broken = tmp_path / "broken.ckpt"
     broken.write_bytes(b"not a checkpoint")
     assert [p.name for p in newest_first([*paths, broken])] == ["c30.ckpt", "c20.ckpt", "c10.ckpt", "broken.ckpt"]
+
+
+def _own_wandb_service() -> dict:
+    """The run's environment without this process's W&B service: an in-process W&B run earlier in
+    this pytest process put WANDB_SERVICE in os.environ, and a child inheriting it registers its
+    run id there; killed, it leaves the id "in use" for the resume below (seen on an xdist worker)."""
+    return {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"} | {"WANDB_MODE": "offline"}

@@ -9,23 +9,34 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.slow  # scripts/test runs a file on one worker (--dist loadfile): one cluster at a time
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def slurm():
-    out = subprocess.run([str(ROOT / "scripts" / "slurm-up")], capture_output=True, text=True, timeout=900)
+def slurm(tmp_path_factory):
+    import fcntl
+
+    # two xdist workers may both start the cluster: one at a time (slurm-up is idempotent)
+    with open(Path(tempfile.gettempdir()) / "rlkit-slurm-up.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        out = subprocess.run([str(ROOT / "scripts" / "slurm-up")], capture_output=True, text=True, timeout=900)
     if out.returncode == 3:
         pytest.skip(f"no SLURM here: {out.stderr.strip()}")
     assert out.returncode == 0, out.stdout + out.stderr
     assert shutil.which("sbatch") and shutil.which("squeue")
     yield
-    subprocess.run(["scancel", "--user", os.environ.get("USER", "root")], capture_output=True, timeout=60)
+    # cancel what these tests left queued, not another worker's jobs: by the jobs' working folder
+    ours = str(tmp_path_factory.getbasetemp())
+    listed = subprocess.run(["squeue", "-h", "-o", "%i %Z"], capture_output=True, text=True, timeout=60).stdout
+    left = [line.split()[0] for line in listed.splitlines() if len(line.split()) == 2 and line.split()[1].startswith(ours)]
+    if left:
+        subprocess.run(["scancel", *left], capture_output=True, timeout=60)
 
 
 def rlkit(*args, cwd, timeout=900):
