@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlkit.infra.errors import UserError
-from rlkit.infra.files import write_atomic
+from rlkit.infra.files import read_json_map, write_atomic
 from rlkit.infra.processes import die_with_parent
 
 JOBS_FILE = "slurm-jobs.json"
@@ -211,11 +211,7 @@ def signal_delay_s(time_min: int) -> int:
 
 
 def read_jobs(sweep_dir: Path) -> dict[str, str]:
-    path = sweep_dir / JOBS_FILE
-    try:
-        return json.loads(path.read_text()) if path.is_file() else {}
-    except ValueError:
-        return {}
+    return read_json_map(sweep_dir / JOBS_FILE)
 
 
 def queue_states(job_ids: list[str]) -> dict[str, str]:

@@ -15,7 +15,7 @@ import signal
 import time
 from pathlib import Path
 
-from rlkit.infra.files import read_rows, write_atomic
+from rlkit.infra.files import read_json_map, read_rows, write_atomic
 
 RUNS_FILE = "sweep-runs.json"  # the local sweep's record: {run folder: {"state", "pid", "exit_code"}}
 LOCK_FILE = ".lock"
@@ -29,11 +29,7 @@ def record_run(sweep_dir: Path, run_dir: Path, **fields) -> None:
 
 
 def read_records(sweep_dir: Path) -> dict[str, dict]:
-    path = sweep_dir / RUNS_FILE
-    try:
-        return json.loads(path.read_text()) if path.is_file() else {}
-    except ValueError:
-        return {}
+    return read_json_map(sweep_dir / RUNS_FILE)
 
 
 def sweep_owner(sweep_dir: Path) -> int | None:

@@ -65,6 +65,18 @@ def write_atomic(path: str | Path, data: str | bytes | memoryview) -> None:
     write_atomic_with(path, lambda fh: fh.write(payload))
 
 
+def read_json_map(path: str | Path) -> dict:
+    """A small JSON object a run or sweep keeps (written with :func:`write_atomic`); {} where the
+    file is missing or is not JSON."""
+    import json
+
+    path = Path(path)
+    try:
+        return json.loads(path.read_text()) if path.is_file() else {}
+    except ValueError:
+        return {}
+
+
 def read_rows(path: Path, keep: Callable[[dict], bool] | None = None,
               warn: Callable[[str], None] | None = None) -> tuple[list[str], list[dict], int]:
     """``(header, rows, damaged)`` of a metrics CSV: rows whose ``step`` and values parse as numbers
@@ -186,4 +198,4 @@ def _plain(value):
     return item() if callable(item) else value
 
 
-__all__ = ["write_atomic", "write_atomic_with", "read_rows", "AppendOnlyCSV"]
+__all__ = ["write_atomic", "write_atomic_with", "read_json_map", "read_rows", "AppendOnlyCSV"]
