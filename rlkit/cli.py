@@ -131,8 +131,10 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def _say_once(line: str) -> None:
     """Print from the process the user started only; the learner processes it launched run this
-    CLI too (they have a LOCAL_RANK > 0)."""
-    if os.environ.get("LOCAL_RANK", "0") == "0":
+    CLI too (they have a LOCAL_RANK > 0, or, under a supervisor, RLKIT_STORE)."""
+    from rlkit.training.supervisor import supervised_learner
+
+    if os.environ.get("LOCAL_RANK", "0") == "0" and not supervised_learner():
         print(line, file=sys.stderr)
 
 

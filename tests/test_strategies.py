@@ -94,3 +94,21 @@ def test_sync_every_is_for_synchronous_layouts():
         LearnerLayout(Topology.INDEPENDENT, sync_every=4)
     with pytest.raises(ValueError, match="must be >= 1"):
         LearnerLayout(Topology.SYNCHRONOUS, sync_every=0)
+
+
+def test_an_independent_learner_resumes_only_its_own_checkpoint(tmp_path):
+    """Learner 0's are checkpoints/*.ckpt, learner r's checkpoints/learner<r>/*.ckpt; one with none
+    of its own starts at update 0 (None), never from another learner's state."""
+    import torch
+
+    from rlkit.training.supervisor import own_checkpoint
+
+    ckpts = tmp_path / "checkpoints"
+    (ckpts / "learner1").mkdir(parents=True)
+    for path, step in [(ckpts / "update-200.ckpt", 200), (ckpts / "update-400.ckpt", 400),
+                       (ckpts / "learner1" / "update-200.ckpt", 200)]:
+        torch.save({"global_step": step}, path)
+    (ckpts / "learner1" / "last.ckpt").write_bytes(b"cut short")  # unreadable: passed over
+    assert own_checkpoint(ckpts, 0) == ckpts / "update-400.ckpt"
+    assert own_checkpoint(ckpts, 1) == ckpts / "learner1" / "update-200.ckpt"
+    assert own_checkpoint(ckpts, 2) is None

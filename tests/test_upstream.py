@@ -175,6 +175,14 @@ def test_script_launcher_starts_children_by_lightnings_call():
     assert issubclass(upstream.ScriptLauncher, _SubprocessScriptLauncher)
 
 
+def test_script_command_is_this_processs_command_line(monkeypatch):
+    import __main__
+
+    monkeypatch.setattr(sys, "argv", ["/x/rlkit", "run", "a2c-cartpole"])
+    monkeypatch.setattr(__main__, "__spec__", None)
+    assert upstream.script_command() == [sys.executable, "/x/rlkit", "run", "a2c-cartpole"]
+
+
 def test_launcher_strategy_builds_its_launcher_and_places_its_devices():
     made = []
 

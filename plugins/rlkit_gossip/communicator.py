@@ -18,7 +18,14 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from rlkit.api import LearnerLayout, RunFailed, Topology, UserError, hookimpl, run_store
 from rlkit_gossip import graphs
-from rlkit_gossip.protocol import GossipAgent, GossipSettings, Membership, PeerFailure, consensus_distances
+from rlkit_gossip.protocol import (
+    GossipAgent,
+    GossipSettings,
+    Membership,
+    PeerFailure,
+    consensus_distances,
+    declare_gone,
+)
 from rlkit_gossip.transports import HEADER, DistTransport, ShmTransport, shm_root
 
 
@@ -57,8 +64,11 @@ class GossipCommunicator:
     def rlkit_learner_layout(self, run) -> LearnerLayout:
         o, t = self.options, run.recipe.trainer
         nccl = resolve_transport(o, t.num_nodes) == "dist" and o.dist_backend == "nccl"
+        # a learner restarted after a death rejoins through shared memory; the dist transport's
+        # process groups cannot take a new process in, so there the others go on without it
+        rejoins = resolve_transport(o, t.num_nodes) == "shm"
         return LearnerLayout(Topology.INDEPENDENT, backend="nccl" if nccl else "gloo", timeout_s=o.timeout_s,
-                             child_grace_s=o.peer_timeout_s, min_learners=2)
+                             child_grace_s=o.peer_timeout_s, min_learners=2, rejoins=rejoins)
 
     @hookimpl
     def rlkit_configure(self, run) -> None:
@@ -82,6 +92,13 @@ class GossipCommunicator:
             return  # a launched learner runs the CLI too: only the launching process cleans up
         # the core has waited for the learners (LearnerLayout.child_grace_s) before this
         ShmTransport(shm_root(str(run.run_dir.resolve())), 0).close(remove=True)
+
+    @hookimpl
+    def rlkit_learner_exit(self, run, rank: int, returncode: int, restarting: bool) -> None:
+        """The supervisor saw learner ``rank`` die: the others drop it from the graph at their next
+        poll (within a second) instead of after peer_timeout_s of silence."""
+        how = f"killed by signal {-returncode}" if returncode < 0 else f"exited with code {returncode}"
+        declare_gone(run_store(), rank, f"died: {how}" + ("; restarting" if restarting else ""))
 
     # -- every learner --------------------------------------------------------------------------
 
@@ -107,6 +124,8 @@ class GossipCommunicator:
                                  log=log)
         self.store = store
         self.window_start = time.perf_counter()
+        if self.agent.membership.rejoin():  # a restarted learner: it was declared gone when it died
+            log(f"gossip: learner {rank} rejoined the graph at update {module.global_step:,}")
         if self._restored:  # a resumed learner: its push-sum weight and counters go on
             r = self._restored
             self.agent.weight = float(r.get("weight", 1.0))
@@ -177,7 +196,8 @@ class GossipCommunicator:
                "gossip/sent": float(c.sent), "gossip/mixed": float(c.mixed), "gossip/skipped": float(c.skipped),
                "gossip/waits": float(c.waits), "gossip/wait_s": c.wait_s,
                "gossip/staleness_max": float(max(agent.staleness.values(), default=0)),
-               "gossip/weight": agent.weight, "gossip/live_learners": float(len(agent.membership.alive))}
+               "gossip/weight": agent.weight, "gossip/live_learners": float(len(agent.membership.alive)),
+               "gossip/rejoined": float(c.rejoined)}
         if c.aged:  # how old the parameters it mixed were: send to mix, mean over the interval
             out["gossip/msg_age_ms"] = 1000.0 * c.age_s / c.aged
         c.age_s, c.aged = 0.0, 0
@@ -210,7 +230,7 @@ class GossipCommunicator:
                 # learners the signal did not reach (other nodes, torchrun) stop through the store
                 module.request_stop("learner 0 was interrupted")
             agent.leave("finished")
-            if agent.rank == 0:
+            if agent.rank == 0 and not run.supervised:  # learner 0 hosts the store the others use
                 self._wait_for_peers_to_leave()
         finally:
             agent.transport.close()

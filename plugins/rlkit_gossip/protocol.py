@@ -46,6 +46,7 @@ class Membership:
         self.beat_every_s = beat_every_s
         self._last_beat = -float("inf")
         self._seen: dict[int, tuple[int, float, float]] = {}  # peer -> (beat, first seen, last polled)
+        self.rejoined: list[int] = []  # learners seen back since the caller last took them
 
     def beat(self) -> None:
         """Say "alive" (at most every beat_every_s; cheap to call often)."""
@@ -67,7 +68,9 @@ class Membership:
         return now - since
 
     def refresh(self, force: bool = False) -> list[tuple[int, str]]:
-        """Poll the store (at most every 0.5 s unless forced); returns the newly gone learners."""
+        """Poll the store (at most every 0.5 s unless forced); returns the newly gone learners.
+        Learners that came back (a restarted learner, :meth:`rejoin`) are put back in ``alive``
+        and collected in ``rejoined`` for the caller to take."""
         now = time.monotonic()
         if not force and now - self._last_poll < _MEMBERSHIP_POLL_S:
             return []
@@ -77,18 +80,34 @@ class Membership:
             return []
         self._version = version
         gone = []
-        for r in list(self.alive):
-            if r != self.rank and self.store.check([f"gossip/gone/{r}"]):
+        for r in range(self.world):
+            if r == self.rank:
+                continue
+            is_gone = self.store.check([f"gossip/gone/{r}"])
+            if is_gone and r in self.alive:
                 reason = self.store.get(f"gossip/gone/{r}").decode()
                 self.alive.remove(r)
                 self.reasons[r] = reason
                 gone.append((r, reason))
+            elif not is_gone and r not in self.alive:
+                self.alive = sorted([*self.alive, r])
+                self.reasons.pop(r, None)
+                self._seen.pop(r, None)
+                self.rejoined.append(r)
         return gone
 
+    def rejoin(self) -> bool:
+        """A restarted learner takes its place again: its ``gone`` record is removed (True where
+        there was one) and every learner sees it back at its next poll."""
+        key = f"gossip/gone/{self.rank}"
+        if not self.store.check([key]):
+            return False
+        self.store.delete_key(key)
+        self.store.add("gossip/version", 1)
+        return True
+
     def declare_gone(self, rank: int, reason: str) -> None:
-        if not self.store.check([f"gossip/gone/{rank}"]):
-            self.store.set(f"gossip/gone/{rank}", reason)
-            self.store.add("gossip/version", 1)
+        declare_gone(self.store, rank, reason)
 
     def stop_run(self, reason: str) -> None:
         """Record why the run stops; the caller asks the core to stop it (``request_stop``)."""
@@ -96,6 +115,13 @@ class Membership:
 
     def failure(self) -> str | None:
         return self.store.get("gossip/failed").decode() if self.store.check(["gossip/failed"]) else None
+
+
+def declare_gone(store, rank: int, reason: str) -> None:
+    """Record that learner ``rank`` left the graph (why), for every learner's next poll."""
+    if not store.check([f"gossip/gone/{rank}"]):
+        store.set(f"gossip/gone/{rank}", reason)
+        store.add("gossip/version", 1)
 
 
 @dataclass
@@ -119,6 +145,7 @@ class Counters:
     dropped: list = field(default_factory=list)
     age_s: float = 0.0  # summed over mixed messages: seconds from the sender's send to this mix
     aged: int = 0  # messages in age_s
+    rejoined: int = 0  # peers taken back into the graph after a restart
 
 
 class GossipAgent:
@@ -256,6 +283,22 @@ class GossipAgent:
     def _membership(self) -> None:
         for r, reason in self.membership.refresh():
             self._forget(r, reason)
+        back, self.membership.rejoined = self.membership.rejoined, []
+        for r in back:
+            self._take_back(r)
+
+    def _take_back(self, peer: int) -> None:
+        """A learner that died and was restarted is in the graph again: the graph is rebuilt over
+        the live learners (it has its place back) and it is waited for and mixed as before."""
+        self.draining.discard(peer)
+        self.staleness.pop(peer, None)
+        self.send_skips.pop(peer, None)
+        self.last_heard.pop(peer, None)
+        if peer in self.counters.dropped:
+            self.counters.dropped.remove(peer)
+        self.counters.rejoined += 1
+        self.log(f"gossip: learner {self.rank} took learner {peer} back into the graph; "
+                 f"live learners: {self.membership.alive}")
 
     def _forget(self, peer: int, reason: str) -> None:
         self.draining.add(peer)

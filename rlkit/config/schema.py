@@ -132,6 +132,19 @@ class CheckpointConfig:
 
 
 @dataclass
+class FaultConfig:
+    max_restarts: int = opt(3, "times the launcher restarts a learner process that dies, per learner, where the "
+                               "communicator lets learners rejoin (gossip on one host); 0 = a death stops the run",
+                            ge=0, le=100)
+    kill_learner: int = opt(-1, "fault injection: SIGKILL this learner (its rank) once it has made kill_at_update "
+                                "updates (-1 = never)", ge=-1)
+    kill_at_update: int = opt(1, "fault injection: the update (counted per learner) after which kill_learner dies",
+                              ge=1)
+    kill_times: int = opt(1, "fault injection: how many lives of kill_learner end so (a restarted learner that "
+                             "passes kill_at_update again dies again until this many)", ge=1, le=100)
+
+
+@dataclass
 class RunConfig:
     env: EnvConfig = opt(factory=EnvConfig, help="environment")
     seed: int = opt(0, "seed for envs, network init and sampling", ge=0, le=2**32 - 1)
@@ -142,6 +155,8 @@ class RunConfig:
     communication: CommunicationConfig = opt(factory=CommunicationConfig, help="how learners share")
     logging: LoggingConfig = opt(factory=LoggingConfig, help="loggers")
     checkpoint: CheckpointConfig = opt(factory=CheckpointConfig, help="checkpoints")
+    fault: FaultConfig = opt(factory=FaultConfig, help="what a dead learner process does to the run, and faults "
+                                                        "to inject for testing")
 
     def steps_per_update(self) -> int:
         """Agent steps one learner takes per update."""

@@ -194,6 +194,18 @@ def rlkit_load_state_dict(run: "Run", module: "Learner", state: Mapping[str, Any
 
 
 @hookspec
+def rlkit_learner_exit(run: "Run", rank: int, returncode: int, restarting: bool) -> None:
+    """Learner ``rank``'s process has died (``returncode`` != 0: negative for a signal) and is being
+    restarted (``restarting``: it will rejoin, ``LearnerLayout.rejoins``) or not (the run stops).
+    Tell the surviving learners now, through ``run_store()``, rather than let them find out from
+    its silence. All implementations are called.
+
+    Called on: the launching process of a supervised run (``run.supervised``), which trains
+    nothing itself and outlives every learner; never in a learner process.
+    """
+
+
+@hookspec
 def rlkit_unconfigure(run: "Run", error: "BaseException | None") -> None:
     """Release what the run holds (processes, threads, shared memory, process groups).
 

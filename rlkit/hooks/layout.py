@@ -44,7 +44,10 @@ class LearnerLayout:
     learner (``checkpoints/learner<r>/<checkpoint name>``); without it every learner resumes
     learner 0's, which is right where the learners step on the same gradients (allreduce).
     ``sync_every`` (synchronous only): the core's collectives run only after every
-    ``sync_every``-th update and the last one (1: after every update)."""
+    ``sync_every``-th update and the last one (1: after every update). ``rejoins`` (independent
+    only): a learner process that dies may be restarted and take part again (the run's
+    supervisor restarts it, up to ``fault.max_restarts``, and calls ``rlkit_learner_exit`` first);
+    without it a dead learner stops the run."""
 
     topology: Topology = Topology.SINGLE
     backend: str = "auto"
@@ -53,6 +56,7 @@ class LearnerLayout:
     min_learners: int = 1
     own_optimizer_state: bool = False
     sync_every: int = 1
+    rejoins: bool = False
 
     def __post_init__(self) -> None:
         if self.sync_every < 1:
@@ -60,6 +64,8 @@ class LearnerLayout:
         if self.sync_every > 1 and self.topology is not Topology.SYNCHRONOUS:
             raise ValueError(f"LearnerLayout.sync_every={self.sync_every} needs Topology.SYNCHRONOUS "
                              f"(got {self.topology.value})")
+        if self.rejoins and self.topology is not Topology.INDEPENDENT:
+            raise ValueError(f"LearnerLayout.rejoins needs Topology.INDEPENDENT (got {self.topology.value})")
 
     @property
     def multi(self) -> bool:

@@ -58,6 +58,16 @@ def default_store() -> Any:
 # -- Lightning: launching learner processes -------------------------------------------------------
 
 
+def script_command() -> list[str]:
+    """The command line that started this process, to start a learner with (as Lightning's
+    launcher starts its children)."""
+    from lightning.fabric.strategies.launchers.subprocess_script import (
+        _basic_subprocess_cmd,
+    )
+
+    return list(_basic_subprocess_cmd())
+
+
 class ScriptLauncher(_SubprocessScriptLauncher):
     """Lightning's subprocess launcher; ``start_children`` starts the learner processes."""
 

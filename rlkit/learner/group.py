@@ -26,6 +26,9 @@ class LearnerGroup(Protocol):
         """The run-wide stop after this update, given this learner's own ``decision``, without
         waiting for any other learner."""
 
+    def training_started(self) -> None:
+        """This learner's set-up is done and it trains (said once per process)."""
+
     def publish_final(self, summary: Mapping) -> None:
         """Leave this learner's end-of-run numbers (``final_summary``) where learner 0 finds them."""
 

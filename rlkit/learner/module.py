@@ -134,6 +134,7 @@ class ActorCriticModule(pl.LightningModule):
         if self.hooks is not None:
             self.hooks.learner_start(self)
             self.learner_started = True
+        self.group.training_started()
 
     def teardown(self, stage: str) -> None:
         if self.learner_started:
@@ -269,7 +270,7 @@ class ActorCriticModule(pl.LightningModule):
     def final_summary(self) -> dict:
         """This learner's end-of-run numbers: agent steps and its score window."""
         return {"agent_steps": self.agent_steps, "scores": list(self.recent_scores),
-                "window": self.recent_scores.maxlen}
+                "window": self.recent_scores.maxlen, "updates": int(self.global_step)}
 
     def _account(self, batch: Batch) -> None:
         self.agent_steps += batch.steps

@@ -19,6 +19,10 @@ def resolve_backend(layout: LearnerLayout, recipe) -> str:
 def check_placement(layout: LearnerLayout, recipe) -> None:
     """The one check of ``placement`` and ``trainer`` against the topology (a one-line UserError)."""
     t, p, name = recipe.trainer, recipe.placement, recipe.communication.name
+    f = recipe.fault
+    if f.kill_learner >= p.learners:
+        raise UserError(f"fault.kill_learner: {f.kill_learner} is not allowed with placement.learners={p.learners}; "
+                        f"give a learner's rank, 0 to {p.learners - 1}, or -1 for none")
     if not layout.multi:
         if p.learners != 1 or t.devices != 1 or t.num_nodes != 1:
             raise UserError(f"placement.learners / trainer.devices / trainer.num_nodes: {p.learners} / {t.devices} / "
@@ -43,11 +47,21 @@ def check_placement(layout: LearnerLayout, recipe) -> None:
 
 def build_strategy(layout: LearnerLayout, recipe) -> Any:
     """The Lightning strategy that lays the learners out (only the core calls this)."""
-    from rlkit.training.strategies import LearnerProcesses, single_device_strategy  # torch: imported late
+    from rlkit.training.strategies import (  # torch: imported late
+        LearnerProcesses,
+        single_device_strategy,
+    )
 
     if not layout.multi:
         return single_device_strategy(recipe.trainer.accelerator)
-    return LearnerProcesses(independent=layout.topology is Topology.INDEPENDENT,
+    from rlkit.training.supervisor import supervised_learner
+
+    extra = {}
+    if supervised_learner():  # started by the supervisor as torchrun starts its workers
+        from lightning.fabric.plugins.environments import TorchElasticEnvironment
+
+        extra["cluster_environment"] = TorchElasticEnvironment()
+    return LearnerProcesses(**extra, independent=layout.topology is Topology.INDEPENDENT,
                             own_optimizer_state=layout.own_optimizer_state and layout.topology is Topology.SYNCHRONOUS,
                             learners_per_device=recipe.placement.learners_per_device, sync_every=layout.sync_every,
                             process_group_backend=resolve_backend(layout, recipe),

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Iterable
 
 from rlkit.config.recipes import load_recipe, to_container, to_yaml, validate_options
-from rlkit.config.runtime import Run
+from rlkit.config.runtime import RUN_DIR_ENV, Run
 from rlkit.config.schema import RunConfig
 from rlkit.hooks.manager import RlkitPluginManager, build_plugin_manager
 from rlkit.infra.errors import StorageError, UserError
@@ -22,7 +22,6 @@ from rlkit.infra.startup import end_startup
 from rlkit.training.runhooks import RunHooks
 
 RUN_COMMUNICATOR = "rlkit-run-communicator"
-RUN_DIR_ENV = "RLKIT_RUN_DIR"
 
 
 @dataclass
@@ -78,14 +77,30 @@ def resume(run_dir: str | Path, overrides: Iterable[str] = (), manager: RlkitPlu
     """Continue the run in ``run_dir`` from its newest checkpoint: its recipe (plus ``overrides``),
     parameters, optimizer and lr-schedule state, update and agent-step counters, score window,
     plugin state, and the same W&B run. The environments start afresh (their state is not saved)."""
-    from rlkit.training.checkpoints import pick_checkpoint
-
     run_dir = Path(run_dir)
     if not (run_dir / "recipe.yaml").is_file():
         raise UserError(f"resume: {run_dir} is not a run folder (no recipe.yaml)")
-    ckpt, _ = pick_checkpoint(run_dir / "checkpoints", lambda line: print(line, file=sys.stderr, flush=True))
+    launched = RUN_DIR_ENV in os.environ  # a learner the run's launching process started: it said it
+    ckpt = _resume_point(run_dir / "checkpoints", (lambda line: None) if launched else
+                         (lambda line: print(line, file=sys.stderr, flush=True)))
     placed = [f"logging.root={run_dir.parent}", f"logging.run_name={run_dir.name}"]
     return train(str(run_dir / "recipe.yaml"), [*overrides, *placed], manager, resume_from=ckpt)
+
+
+def _resume_point(folder: Path, say) -> Path:
+    """The run's newest checkpoint (learner 0's); where learner 0 has none but other learners of
+    independent learners kept theirs (learner 0 died first), the newest of those: each learner
+    then resumes its own (a run folder a crash left behind can always be resumed)."""
+    from rlkit.training.checkpoints import pick_checkpoint
+
+    if any(folder.glob("*.ckpt")) or not any(folder.glob("learner*/*.ckpt")):
+        return pick_checkpoint(folder, say)[0]
+    for sub in sorted(folder.glob("learner*/")):
+        if any(sub.glob("*.ckpt")):
+            path, _ = pick_checkpoint(sub, say)
+            say("rlkit: resume: learner 0 kept no checkpoint; each learner continues from its own")
+            return path
+    return pick_checkpoint(folder, say)[0]
 
 
 def train(recipe_name: str, overrides: Iterable[str] = (), manager: RlkitPluginManager | None = None,
@@ -103,15 +118,23 @@ def train(recipe_name: str, overrides: Iterable[str] = (), manager: RlkitPluginM
     manager.pm.register(communicator, name=RUN_COMMUNICATOR)
     hooks = RunHooks(manager, run)
     error: BaseException | None = None
+    from rlkit.training.supervisor import supervised_learner, supervises
+
+    if supervised_learner():
+        run.supervised = True
+        resume_from = _own_resume_point(run, resume_from)
     owns_env = RUN_DIR_ENV not in os.environ
     os.environ[RUN_DIR_ENV] = str(run.run_dir)
     try:
+        run.supervised = run.supervised or (run.launcher and supervises(hooks.layout, cfg))
         hooks.configure()  # may still refuse the recipe: nothing is written before it agrees
         if run.launcher:  # launched learners read this folder (resume reads recipe.yaml): never rewrite it
             try:
                 _write_run_dir(run)
             except (OSError, StorageError) as exc:  # nothing has started: the user's to fix
                 raise UserError(f"logging.root: {exc if isinstance(exc, StorageError) else _os_error(exc)}") from None
+        if run.supervised and run.launcher:  # it trains nothing: it starts and watches the learners
+            return _supervise(run, hooks)
         if resume_from is None:  # a resumed run's envs get other seeds (ActorCriticModule.env_seed)
             hooks.start_envs()  # they reset while torch and Lightning import
         return _fit(run, hooks, spaces, resume_from)
@@ -152,9 +175,20 @@ def _fit(run: Run, hooks: RunHooks, spaces, resume_from: Path | None = None) -> 
     finally:
         _finish_loggers(trainer)
     result = _result(run, module, trainer.global_step, time.perf_counter() - start)
-    result.is_global_zero = trainer.is_global_zero
-    if trainer.is_global_zero:
+    result.is_global_zero = trainer.is_global_zero and not run.supervised  # the supervisor speaks for it
+    if trainer.is_global_zero and not run.supervised:  # a supervised run's is its supervisor's
         write_atomic(run.run_dir / "result.json", json.dumps(_jsonable(result), indent=2))
+    return result
+
+
+def _supervise(run: Run, hooks: RunHooks) -> RunResult:
+    from rlkit.training.supervisor import Supervisor
+
+    supervisor = Supervisor(run, hooks, hooks.layout)
+    finals, seconds = supervisor.supervise()
+    result = result_from_finals(run, finals, int(finals[0].get("updates", 0)), seconds)
+    out = dict(_jsonable(result), restarts=supervisor.restarts)
+    write_atomic(run.run_dir / "result.json", json.dumps(out, indent=2))
     return result
 
 
@@ -171,9 +205,20 @@ def _finish_loggers(trainer) -> None:
 
 
 def _result(run: Run, module, updates: int, seconds: float) -> RunResult:
-    target = run.recipe.algo.stop_at_score
     steps = module.total_agent_steps()  # independent learners: the sum of the list below
     finals = module.learner_finals or {0: module.final_summary()}
+    return result_from_finals(run, finals, updates, seconds, steps=steps, per_learner=bool(module.learner_finals))
+
+
+def result_from_finals(run: Run, finals: dict[int, dict], updates: int, seconds: float, steps: int | None = None,
+                       per_learner: bool = True) -> RunResult:
+    """The run's result from each learner's end-of-run numbers (``final_summary``); ``steps``
+    where the run's agent steps are not the sum of the learners' (learners in lockstep)."""
+    from rlkit.learner.envs import is_atari
+
+    target = run.recipe.algo.stop_at_score
+    steps = sum(int(f["agent_steps"]) for f in finals.values()) if steps is None else steps
+    frames_per_step = run.recipe.env.atari.frameskip if is_atari(run.recipe.env.id) else 1
     learners = [{"learner": r, "agent_steps": f["agent_steps"], "score_mean": _mean(f["scores"]),
                  "episodes": len(f["scores"])} for r, f in sorted(finals.items())]
     scores = [s for f in finals.values() for s in f["scores"]]
@@ -181,8 +226,26 @@ def _result(run: Run, module, updates: int, seconds: float) -> RunResult:
     # the shared window does (one learner, or learners that step together)
     solved = None if target is None else any(len(f["scores"]) == f["window"] and _mean(f["scores"]) >= target
                                              for f in finals.values())
-    return RunResult(run.run_dir, steps, steps * module.frames_per_step, updates, _mean(scores), len(scores),
-                     seconds, solved, learners=learners if module.learner_finals else None)
+    return RunResult(run.run_dir, steps, steps * frames_per_step, updates, _mean(scores), len(scores),
+                     seconds, solved, learners=learners if per_learner else None)
+
+
+def _own_resume_point(run: Run, named: Path | None) -> Path | None:
+    """A supervised learner continues from its own newest checkpoint whatever the command line
+    named: on ``rlkit resume``, and when the supervisor restarts it after a death; with none of its
+    own it starts at update 0 (never from another learner's state and counters)."""
+    from rlkit.training.supervisor import life, own_checkpoint
+
+    rank, lives = int(os.environ.get("RANK", "0")), life()
+    own = own_checkpoint(run.checkpoint_dir, rank)
+    if lives or (named is not None and own is None):
+        from rlkit.training.checkpoints import stored_step
+
+        where = (f"from its checkpoint {own} (update {stored_step(own):,})" if own is not None
+                 else "with no checkpoint of its own: from update 0")
+        verb = f"restarted (life {lives + 1})" if lives else "resumes"
+        print(f"rlkit: learner {rank} {verb} {where}", file=sys.stderr, flush=True)
+    return own
 
 
 def _mean(xs: list[float]) -> float | None:

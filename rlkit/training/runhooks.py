@@ -111,6 +111,15 @@ class RunHooks:
     def load_state_dict(self, module: "ActorCriticModule", state: Mapping[str, Any]) -> None:
         self.hook.rlkit_load_state_dict(run=self.run, module=module, state=state)
 
+    def learner_exit(self, rank: int, returncode: int, restarting: bool) -> None:
+        """Every implementation runs, even when an earlier one raises (the supervisor goes on)."""
+        for impl in reversed(self.hook.rlkit_learner_exit.get_hookimpls()):
+            try:
+                impl.function(**{name: {"run": self.run, "rank": rank, "returncode": returncode,
+                                        "restarting": restarting}[name] for name in impl.argnames})
+            except Exception as exc:
+                print(f"rlkit: warning: {impl.plugin_name}.rlkit_learner_exit failed: {exc!r}", file=sys.stderr)
+
     def unconfigure(self, error: BaseException | None) -> None:
         """Every implementation runs, even when an earlier one raises."""
         given = {"run": self.run, "error": error}

@@ -45,11 +45,10 @@ from rlkit.training.launchers import (
     SynchronousLauncher,
     signal_live,
 )
+from rlkit.training.supervisor import FINAL_KEY, STARTED_KEY, STOP_KEY, store_client
 
 log = logging.getLogger("rlkit")
 
-STOP_KEY = "rlkit/stop"
-FINAL_KEY = "rlkit/final/{rank}"
 _DECISION_POLL_S = 0.25
 
 
@@ -200,9 +199,10 @@ class LearnerProcesses(LauncherStrategy):
         the strategy (``Trainer._run``: restore, then ``strategy.setup`` -> ``configure_ddp``), so a
         broadcast on resume would replace each independent learner's own restored parameters with
         rank 0's. (Synchronous learners all load learner 0's checkpoint: the broadcast changes
-        nothing for them then.) At a fresh start every learner has built the same model from
-        ``recipe.seed``; the broadcast there only guarantees GALA's common starting point."""
-        if self.independent and self.lightning_module.trainer.ckpt_path:
+        nothing for them then.) Independent learners never broadcast: at a fresh start every learner
+        has built the same model from ``recipe.seed`` (GALA's common starting point), and a learner
+        that rejoins a supervised run finds no one in the collective."""
+        if self.independent:  # never a collective: a learner that rejoins finds no one in it
             return
         with torch.no_grad():
             for tensor in [*self.model.parameters(), *self.model.buffers()]:
@@ -326,7 +326,8 @@ class LearnerProcesses(LauncherStrategy):
             super().remove_checkpoint(filepath)
 
     def load_checkpoint(self, checkpoint_path, weights_only=None):
-        if self._keeps_own():
+        if self._keeps_own() and Path(checkpoint_path).parent.name != f"learner{self.global_rank}":
+            # the run's checkpoint was named (torchrun, srun): this learner's own newest instead
             own = newest_first(self._own_path(checkpoint_path).parent.glob("*.ckpt"))
             for path in own:  # one cut short by a kill falls back to the one before
                 try:
@@ -353,6 +354,13 @@ class LearnerProcesses(LauncherStrategy):
                     self.global_rank, path, why)
 
     # -- end --------------------------------------------------------------------------------------
+
+    def training_started(self) -> None:
+        """Say in the store that this learner trains (a supervisor restarts only learners that did:
+        a death during set-up would recur)."""
+        store = default_store()
+        if store is not None:
+            store.set(STARTED_KEY.format(rank=self.global_rank), "1")
 
     def publish_final(self, summary: dict) -> None:
         """Independent learners: leave this learner's end-of-run numbers in the store for learner 0
@@ -455,6 +463,9 @@ class SingleLearner(SingleDeviceStrategy):
     def publish_final(self, summary) -> None:
         pass
 
+    def training_started(self) -> None:
+        pass
+
     def gather_finals(self) -> dict[int, dict]:
         return {}
 
@@ -474,4 +485,7 @@ def single_device_strategy(accelerator: str) -> SingleLearner:
     return SingleLearner(device="cuda:0" if use_cuda else "cpu")
 
 
-default_store = upstream.default_store
+def default_store():
+    """The run's key-value store: the supervisor's in a supervised run (it outlives every learner),
+    else the default process group's (hosted by learner 0)."""
+    return store_client() or upstream.default_store()

@@ -6,6 +6,7 @@ import io
 import logging
 import math
 import os
+import signal
 import sys
 import time
 import warnings
@@ -75,6 +76,8 @@ def build_trainer(run: Run, hooks: RunHooks, resume_step: int | None = None) -> 
     ]
     if t.progress_bar:
         callbacks.append(UpdatesProgressBar(leave=True))
+    if cfg.fault.kill_learner >= 0:
+        callbacks.append(KillLearner(cfg.fault))
     return pl.Trainer(
         accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes, precision=t.precision,
         strategy=hooks.make_strategy(), max_steps=cfg.updates_per_learner(), max_epochs=-1,
@@ -122,6 +125,27 @@ class UpdatesProgressBar(upstream.ProgressBar):
         # the update a Ctrl-C or SIGTERM stopped at, which the checkpoint message names
         self.show_count(trainer.global_step)
         super().on_exception(trainer, pl_module, exception)
+
+
+class KillLearner(Callback):
+    """Fault injection (``fault.kill_learner``): the learner of that rank sends itself SIGKILL after
+    update ``fault.kill_at_update``, in its first ``fault.kill_times`` lives (a restarted learner
+    that passes the update again dies again until then). The line before it names the fault, so a
+    log shows the death was injected."""
+
+    def __init__(self, fault):
+        self.fault = fault
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        from rlkit.training.supervisor import life
+
+        f = self.fault
+        if trainer.global_rank != f.kill_learner or trainer.global_step < f.kill_at_update or life() >= f.kill_times:
+            return
+        print(f"rlkit: fault: learner {f.kill_learner} (pid {os.getpid()}) kills itself with SIGKILL after update "
+              f"{trainer.global_step} (fault.kill_learner, life {life() + 1} of fault.kill_times={f.kill_times})",
+              file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class FinalCheckpoint(Callback):

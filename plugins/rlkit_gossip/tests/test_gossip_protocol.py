@@ -53,3 +53,26 @@ def test_a_dead_peer_is_dropped_and_the_others_finish(tmp_path, transport):
     assert time.monotonic() - t0 < 45
     end = consensus_distances({r: x for r, (x, _) in res.items()})
     assert max(end.values()) < 1e-3  # the survivors re-formed a ring and agree
+
+
+def test_a_learner_declared_gone_comes_back_into_every_view_when_it_rejoins():
+    """The supervisor declares a dead learner gone (rlkit_learner_exit); its restarted process
+    rejoins; every other learner's next poll puts it back in the graph."""
+    from torch.distributed import HashStore
+
+    from rlkit_gossip.protocol import Membership, declare_gone
+
+    store = HashStore()
+    views = {r: Membership(store, r, 4) for r in range(4)}
+    declare_gone(store, 2, "died: killed by signal 9; restarting")
+    gone = {r: m.refresh(force=True) for r, m in views.items() if r != 2}
+    assert all(g == [(2, "died: killed by signal 9; restarting")] for g in gone.values()), gone
+    assert all(views[r].alive == [0, 1, 3] for r in (0, 1, 3))
+    restarted = Membership(store, 2, 4)  # a new process: a fresh view
+    assert restarted.rejoin() is True and restarted.rejoin() is False  # once: it is back
+    for r in (0, 1, 3):
+        assert views[r].refresh(force=True) == [] and views[r].alive == [0, 1, 2, 3]
+        assert views[r].rejoined == [2]
+    # the graph over the live learners is the full ring again, the same in every view
+    outs = {r: graphs.peers_at(views[r if r != 2 else 0].alive, r, "ring", 1, False, 0)[0] for r in range(4)}
+    assert outs == {0: [1], 1: [2], 2: [3], 3: [0]}

@@ -110,11 +110,105 @@ def test_killing_a_learner_leaves_the_others_to_finish(tmp_path, transport):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err[-3000:]
-    assert "dropped learner" in err and "from the graph (failed" in err, err[-3000:]
+    # not restarted (the dist transport's groups cannot take a new process in): the others go on
+    assert "not restarted (communicator gossip cannot take a learner back here); the others go on" in err, err[-3000:]
+    assert "dropped learner" in err and "from the graph (died: killed by signal 9)" in err, err[-3000:]
     assert time.monotonic() - killed_at < 150
     assert json.loads((run_dir / "result.json").read_text())["updates"] > 0
     live = [float(r["gossip/live_learners"]) for r in rows(run_dir) if r.get("gossip/live_learners")]
     assert 3.0 in live  # trained on with 3 after the drop (peers that finish leave the graph too)
+    assert not processes_of_run(run_dir)
+
+
+def learner_pid(run_dir: Path, rank: int) -> int | None:
+    """The live learner process of ``rank`` (the supervisor started it with RANK=<rank>)."""
+    for pid in processes_of_run(run_dir):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"rlkit.cli" in cmd and f"RANK={rank}".encode() in env:
+            return pid
+    return None
+
+
+def steps_of(path: Path) -> list[int]:
+    return [int(r["step"]) for r in csv.DictReader(open(path))]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("victim", [1, 0])
+def test_a_killed_learner_rejoins_and_the_run_ends_with_its_full_budget(tmp_path, victim):
+    """SIGKILL from outside, learner 0 included (it hosts nothing: the supervisor does). The dead
+    learner is restarted from its own newest checkpoint and rejoins the graph; the run ends with
+    exit code 0 and its full budget, each learner's own steps summed; its log has no gap and no
+    repeat; nothing is left running, no shared memory left behind."""
+    from rlkit_gossip.transports import shm_root
+
+    run_dir = tmp_path / "rejoin"
+    own = run_dir / "checkpoints" / ("" if victim == 0 else f"learner{victim}")
+    proc = subprocess.Popen(cli(tmp_path, "rejoin", "algo.total_steps=80000", "algo.stop_at_score=null",
+                                "checkpoint.every_steps=8000", "logging.backends=[csv,wandb]"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not list(own.glob("update-*.ckpt")):
+            time.sleep(0.2)  # its first checkpoint (update 200 of 2,000) is on disk
+        pid = learner_pid(run_dir, victim)
+        assert pid is not None and list(own.glob("update-*.ckpt")), "the learner never checkpointed"
+        os.kill(pid, signal.SIGKILL)
+        _, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    assert f"rlkit: learner {victim} (pid {pid}) killed by SIGKILL; restarting it (1 of fault.max_restarts=3)" in err
+    resumed = [line for line in err.splitlines() if line.startswith(f"rlkit: learner {victim} restarted (life 2) from")]
+    assert len(resumed) == 1 and "from its checkpoint" in resumed[0], err[-3000:]
+    at = int(resumed[0].rsplit("(update ", 1)[1].rstrip(")").replace(",", ""))
+    assert at >= 200 and f"gossip: learner {victim} rejoined the graph at update {at:,}" in err, err[-3000:]
+    assert sum(f"took learner {victim} back into the graph" in line for line in err.splitlines()) == 3, err[-3000:]
+    result = json.loads((run_dir / "result.json").read_text())
+    assert [x["agent_steps"] for x in result["learners"]] == [20_000] * 4, result  # 2,000 updates of 10 steps each
+    assert result["agent_steps"] == 80_000 and result["updates"] == 2000, result
+    assert [(r["learner"], r["exit_code"]) for r in result["restarts"]] == [(victim, -9)], result
+    # the learner's log goes on from the update it resumed: rows after it were dropped and redone once
+    log = run_dir / "csv" / ("metrics.csv" if victim == 0 else f"learner{victim}.csv")
+    steps = steps_of(log)
+    assert steps == sorted(set(steps)) and steps[-1] == 2000, steps
+    if victim:  # learner 0 saw 3 live learners, then 4 again
+        live = [float(r["gossip/live_learners"]) for r in rows(run_dir) if r.get("gossip/live_learners")]
+        assert 3.0 in live and 4.0 in live[live.index(3.0):], live
+    assert not processes_of_run(run_dir)
+    assert not shm_root(str(run_dir.resolve())).exists()
+
+
+@pytest.mark.slow
+def test_a_learner_that_keeps_dying_stops_the_run_cleanly_and_resume_finishes_it(tmp_path):
+    """Learner 2 dies in every life (fault injection); with fault.max_restarts=1 its second death
+    stops the run: one line, exit code 1, the others stop with their checkpoints, nothing left
+    running; `rlkit resume` then finishes the budget."""
+    run_dir = tmp_path / "dying"
+    out = subprocess.run(cli(tmp_path, "dying", "algo.total_steps=40000", "algo.stop_at_score=null",
+                             "checkpoint.every_steps=4000", "fault.max_restarts=1", "fault.kill_learner=2",
+                             "fault.kill_at_update=300", "fault.kill_times=5"),
+                         capture_output=True, text=True, timeout=240)
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert out.stderr.count("rlkit: fault: learner 2") == 2, out.stderr[-3000:]  # killed in each of its 2 lives
+    failed = [line for line in out.stderr.splitlines() if line.startswith("rlkit: run failed:")]
+    assert len(failed) == 1 and "learner 2" in failed[0] and "died 2 times (fault.max_restarts=1)" in failed[0], \
+        out.stderr[-3000:]
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]
+    assert not (run_dir / "result.json").exists()
+    for r in (1, 3):  # the others were stopped, not killed: each wrote its last checkpoint
+        assert (run_dir / "checkpoints" / f"learner{r}" / "last.ckpt").is_file()
+    assert not processes_of_run(run_dir)
+    done = subprocess.run([sys.executable, "-m", "rlkit.cli", "resume", str(run_dir), "fault.kill_learner=-1"],
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["agent_steps"] == 40_000 == sum(x["agent_steps"] for x in result["learners"]), result
     assert not processes_of_run(run_dir)
 
 
