@@ -104,7 +104,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rlkit: error: {exc}", file=sys.stderr)
         return 2
     except RunFailed as exc:
-        print(f"rlkit: run failed: {exc}", file=sys.stderr)
+        from rlkit.training.supervisor import supervised_learner
+
+        # a supervised learner's failure is one of the supervisor's facts, which says how the run ends
+        who = f"learner {os.environ.get('RANK', '?')} stopped" if supervised_learner() else "run failed"
+        print(f"rlkit: {who}: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         _say_once("rlkit: interrupted")

@@ -91,10 +91,10 @@ def test_each_learner_calls_the_run_hooks_in_order(tmp_path, recipe):
                           "checkpoint.every_steps=1000000", f"logging.root={tmp_path}", "logging.run_name=order"],
                          capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
-    # one file per process: gossip's launching process supervises the learners and trains nothing
+    # one file per process: the launching process supervises the learners and trains nothing
     # (rlkit.training.supervisor), so it calls only the launching process's hooks
     calls = sorted(f.read_text().split() for f in hooks.glob("*.txt"))
     learners = [c for c in calls if "start" in c]
     assert len(learners) == 2 and all(c == SET_UP + UPDATES + END for c in learners), calls
     others = [c for c in calls if "start" not in c]
-    assert others == ([["layout", "configure", "unconfigure"]] if recipe.endswith("gossip") else []), calls
+    assert others == [["layout", "configure", "unconfigure"]], calls

@@ -6,7 +6,7 @@ docstring lists), and pytest collects the inherited tests; :class:`HookRecorder`
 the hooks the core calls, with their arguments; the run fixtures start, watch and check runs.
 """
 
-from rlkit.testing.conformance import CommunicatorConformance
+from rlkit.testing.conformance import CommunicatorConformance, learner_pid
 from rlkit.testing.recorder import HookCall, HookRecorder, RecordingPlugin
 from rlkit.testing.runs import (
     QUICK_RECIPE,
@@ -30,6 +30,7 @@ from rlkit.testing.runs import (
 )
 
 __all__ = [
+    "learner_pid",
     "CommunicatorConformance", "HookCall", "HookRecorder", "RecordingPlugin", "QUICK_RECIPE", "WatchedRun",
     "assert_checkpoint_of_a_trained_learner", "assert_no_leak", "check_options", "child_pids", "configure_run",
     "learner_model", "load_recipe", "make_run", "metric_column", "plugin_env", "plugin_manager", "processes_of_run",

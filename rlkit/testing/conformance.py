@@ -13,6 +13,7 @@ from rlkit.testing.runs import (
     WatchedRun,
     assert_checkpoint_of_a_trained_learner,
     assert_no_leak,
+    metric_column,
     quick_overrides,
     wait_for_log_rows,
 )
@@ -29,8 +30,10 @@ class CommunicatorConformance:
       (``LearnerLayout.own_optimizer_state``), at the same update as learner 0's checkpoint.
     * ``in_process``: False for communicators that launch learner processes (Lightning re-runs
       the CLI there), which the in-process run test cannot host.
-    * ``learner_killed``: what SIGKILL of a launched learner does: ``"fails"`` (one line naming
-      it, exit code 1), ``"continues"`` (the others finish, exit code 0) or None (not tested);
+    * ``learner_killed``: what SIGKILL of a learner (learner 1, and learner 0) does: ``"recovers"``
+      (it is restarted and the run ends with its whole budget, exit code 0), ``"fails"`` (one line
+      naming it, exit code 1), ``"continues"`` (the others finish without it, exit code 0) or None
+      (not tested);
       ``kill_overrides`` for that run (a shorter peer timeout).
     * ``env``: extra environment for the CLI runs (e.g. PYTHONPATH of a plugin under test).
     * ``check_run(result)``: protocol-specific checks on a finished run, called for every run the
@@ -163,29 +166,51 @@ class CommunicatorConformance:
         _, err = resumed.communicate()
         assert resumed.proc.returncode == 0, err[-3000:]
         result = self._result(run_dir)
-        assert result.updates > states[0]["global_step"], "the resumed run did not continue from the checkpoint"
+        saved = states[0]["global_step"]
+        assert f"rlkit: resume: continuing from {ckpts[0]} (update {saved:,})" in err, err[-3000:]
+        assert result.updates > saved and result.agent_steps >= budget, (result.updates, result.agent_steps, budget)
+        # learner 0's log goes on from the saved update: a resume that trained from 0 would log its
+        # first updates again (the rows up to the saved update are kept), a gap would skip some
+        steps = metric_column(run_dir, "step")
+        every = 10  # quick_overrides' trainer.log_every_n_updates
+        assert steps == sorted(set(steps)) and result.updates - every < steps[-1] <= result.updates, steps
+        assert any(s <= saved for s in steps) and any(s > saved for s in steps), (saved, steps)
         assert_no_leak(resumed.tree, run_dir)
         self.check_run(result)
 
     def test_killing_a_learner(self, tmp_path):
-        """SIGKILL of a launched learner: the run fails with one line naming it, or the others
-        finish, as the protocol says (``learner_killed``); no process is left either way."""
+        """SIGKILL of learner 1 from outside: what ``learner_killed`` says; no process left."""
+        self._kill(tmp_path, 1)
+
+    def test_killing_learner_0(self, tmp_path):
+        """Learner 0 is no different: SIGKILL of it does what ``learner_killed`` says too."""
+        self._kill(tmp_path, 0)
+
+    def _kill(self, tmp_path, victim: int) -> None:
+        """The learner is killed once it has written a checkpoint of its own. ``"recovers"``: the
+        run ends with exit code 0 and its whole budget, ``result.json`` names the restart, and the
+        learner says which checkpoint it continued from; ``"fails"``: one line naming the learner,
+        exit code 1; ``"continues"``: the others finish, exit code 0."""
         import os
         import signal
+        import time
 
         import pytest
 
         if self.learner_killed is None or self.learners < 2:
-            pytest.skip("no launched learner to kill, or the protocol does not say what happens")
+            pytest.skip("no learner process to kill, or the protocol does not say what happens")
         run_dir = tmp_path / "conformance"
-        run = self._cli(["run", self.recipe, *self._args(tmp_path, 40_000 * self.learners), "algo.stop_at_score=null",
-                         *self.kill_overrides], tmp_path)
+        budget = 12_000 * self.learners
+        run = self._cli(["run", self.recipe, *self._args(tmp_path, budget), "algo.stop_at_score=null",
+                         f"checkpoint.every_steps={2000 * self.learners}", *self.kill_overrides], tmp_path)
+        own = run_dir / "checkpoints" / ("" if victim == 0 or not self.independent_checkpoints else f"learner{victim}")
         try:
-            wait_for_log_rows(run_dir, 5)
-            launched = sorted(child_pids(run.proc.pid) & set(processes_of_run(run_dir)))
-            learners = [p for p in launched if b"rlkit" in Path(f"/proc/{p}/cmdline").read_bytes()]
-            assert learners, f"no launched learner among {launched}"
-            os.kill(learners[0], signal.SIGKILL)
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not list(own.glob("update-*.ckpt")) and run.proc.poll() is None:
+                time.sleep(0.2)
+            pid = learner_pid(run_dir, victim)
+            assert pid is not None and list(own.glob("update-*.ckpt")), "learner never checkpointed, or not found"
+            os.kill(pid, signal.SIGKILL)
             _, err = run.communicate(timeout=240)
         finally:
             if run.proc.poll() is None:
@@ -196,5 +221,27 @@ class CommunicatorConformance:
             assert len(failed) == 1 and "learner" in failed[0], err[-3000:]
         else:
             assert run.proc.returncode == 0, err[-3000:]
-            assert self._result(run_dir).updates > 0
+            result = self._result(run_dir)
+            assert f"learner {victim} (pid {pid}) killed by SIGKILL" in err, err[-3000:]
+            if self.learner_killed == "recovers":
+                assert result.agent_steps == budget, (result.agent_steps, budget)
+                assert [(r["learner"], r["exit_code"]) for r in result.restarts] == [(victim, -9)], result.restarts
+                assert "restarted (life 2) from" in err and "checkpoint" in err, err[-3000:]
+            else:
+                assert result.updates > 0
         assert_no_leak(run.tree, run_dir)
+
+
+def learner_pid(run_dir: Path, rank: int) -> int | None:
+    """The live learner process of ``rank`` in the run in ``run_dir`` (a learner started by the
+    run's supervisor carries RANK=<rank>)."""
+    for pid in processes_of_run(run_dir):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        args = cmd.split(b"\0")[:3]  # python -m rlkit.cli ..., or the rlkit script (not W&B's service)
+        if any(a == b"rlkit.cli" or a.endswith(b"/rlkit") for a in args) and f"RANK={rank}".encode() in env:
+            return pid
+    return None

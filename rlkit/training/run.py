@@ -14,6 +14,7 @@ from typing import Iterable
 from rlkit.config.recipes import load_recipe, to_container, to_yaml, validate_options
 from rlkit.config.runtime import RUN_DIR_ENV, Run
 from rlkit.config.schema import RunConfig
+from rlkit.hooks.layout import Topology
 from rlkit.hooks.manager import RlkitPluginManager, build_plugin_manager
 from rlkit.infra.errors import StorageError, UserError
 from rlkit.infra.files import write_atomic
@@ -122,7 +123,7 @@ def train(recipe_name: str, overrides: Iterable[str] = (), manager: RlkitPluginM
 
     if supervised_learner():
         run.supervised = True
-        resume_from = _own_resume_point(run, resume_from)
+        resume_from = _supervised_resume_point(run, resume_from, hooks.layout.topology is Topology.INDEPENDENT)
     owns_env = RUN_DIR_ENV not in os.environ
     os.environ[RUN_DIR_ENV] = str(run.run_dir)
     try:
@@ -163,7 +164,9 @@ def _fit(run: Run, hooks: RunHooks, spaces, resume_from: Path | None = None) -> 
     torch.set_num_threads(_torch_threads(cfg))
     torch.manual_seed(cfg.seed)
     module = ActorCriticModule(cfg, *spaces, hooks=hooks, recipe_dict=to_container(cfg))
-    resume_step = None
+    from rlkit.training.supervisor import life
+
+    resume_step = 0 if life() else None  # a restarted learner with no checkpoint redoes its log from 0
     if resume_from is not None:
         from rlkit.training.checkpoints import stored_step
 
@@ -176,7 +179,12 @@ def _fit(run: Run, hooks: RunHooks, spaces, resume_from: Path | None = None) -> 
         _finish_loggers(trainer)
     result = _result(run, module, trainer.global_step, time.perf_counter() - start)
     result.is_global_zero = trainer.is_global_zero and not run.supervised  # the supervisor speaks for it
-    if trainer.is_global_zero and not run.supervised:  # a supervised run's is its supervisor's
+    if trainer.is_global_zero and run.supervised:  # the supervisor writes result.json
+        if hooks.layout.topology is not Topology.INDEPENDENT:  # (independent: from every learner's end)
+            from rlkit.training.supervisor import RESULT_KEY, store_client
+
+            store_client().set(RESULT_KEY, json.dumps(_jsonable(result)))
+    elif trainer.is_global_zero:
         write_atomic(run.run_dir / "result.json", json.dumps(_jsonable(result), indent=2))
     return result
 
@@ -185,11 +193,21 @@ def _supervise(run: Run, hooks: RunHooks) -> RunResult:
     from rlkit.training.supervisor import Supervisor
 
     supervisor = Supervisor(run, hooks, hooks.layout)
-    finals, seconds = supervisor.supervise()
-    result = result_from_finals(run, finals, int(finals[0].get("updates", 0)), seconds)
+    finals, seconds, learner0s = supervisor.supervise()
+    if learner0s is not None:  # learners in lockstep: learner 0's result, its time from the run's start
+        learner0s.pop("restarts", None)
+        result = RunResult(**dict(learner0s, run_dir=run.run_dir, seconds=seconds, is_global_zero=True))
+    else:
+        result = result_from_finals(run, finals, int(finals[0].get("updates", 0)), seconds)
     out = dict(_jsonable(result), restarts=supervisor.restarts)
     write_atomic(run.run_dir / "result.json", json.dumps(out, indent=2))
     return result
+
+
+def stored_step_of(path: Path) -> int:
+    from rlkit.training.checkpoints import stored_step
+
+    return stored_step(path) or 0
 
 
 def _finish_loggers(trainer) -> None:
@@ -230,14 +248,23 @@ def result_from_finals(run: Run, finals: dict[int, dict], updates: int, seconds:
                      seconds, solved, learners=learners if per_learner else None)
 
 
-def _own_resume_point(run: Run, named: Path | None) -> Path | None:
-    """A supervised learner continues from its own newest checkpoint whatever the command line
-    named: on ``rlkit resume``, and when the supervisor restarts it after a death; with none of its
-    own it starts at update 0 (never from another learner's state and counters)."""
+def _supervised_resume_point(run: Run, named: Path | None, independent: bool) -> Path | None:
+    """Where a supervised learner continues from. Independent: from its own newest checkpoint
+    whatever the command line named (on ``rlkit resume``, and when the supervisor restarts it after
+    a death); with none of its own from update 0, never from another learner's state and counters.
+    Synchronous: the command line's checkpoint, and after a restart of every learner the run's
+    newest (learner 0's), or update 0 where there is none yet."""
     from rlkit.training.supervisor import life, own_checkpoint
 
     rank, lives = int(os.environ.get("RANK", "0")), life()
-    own = own_checkpoint(run.checkpoint_dir, rank)
+    if not independent and not lives:
+        return named
+    own = own_checkpoint(run.checkpoint_dir, 0 if not independent else rank)
+    if not independent:
+        if rank == 0:
+            where = f"from {own} (update {stored_step_of(own):,})" if own is not None else "from update 0 (no checkpoint yet)"
+            print(f"rlkit: every learner restarted (life {lives + 1}) {where}", file=sys.stderr, flush=True)
+        return own
     if lives or (named is not None and own is None):
         from rlkit.training.checkpoints import stored_step
 

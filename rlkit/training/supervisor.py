@@ -43,6 +43,7 @@ LIFE_ENV = "RLKIT_LEARNER_LIFE"  # 0 for a learner's first process, n after its 
 STORE_ENV = "RLKIT_STORE"  # host:port of the run's store, hosted by the supervisor
 STOP_KEY = "rlkit/stop"
 FINAL_KEY = "rlkit/final/{rank}"
+RESULT_KEY = "rlkit/result"  # learner 0's result, where the learners step together
 STARTED_KEY = "rlkit/started/{rank}"  # set by a learner once training has started (any life)
 RESTART_PAUSE_S = 1.0
 _POLL_S = 0.1
@@ -57,8 +58,7 @@ def launched_externally() -> bool:
 
 def supervises(layout: LearnerLayout, recipe) -> bool:
     """Runs whose launching process supervises its learners instead of being learner 0."""
-    return (layout.topology is Topology.INDEPENDENT and recipe.trainer.num_nodes == 1
-            and not launched_externally())
+    return layout.multi and recipe.trainer.num_nodes == 1 and not launched_externally()
 
 
 def life() -> int:
@@ -119,10 +119,13 @@ class Supervisor:
 
         self.run, self.hooks, self.layout = run, hooks, layout
         self.world = run.recipe.placement.learners
-        self.max_restarts = run.recipe.fault.max_restarts if layout.rejoins else 0
+        self.synchronous = layout.topology is Topology.SYNCHRONOUS  # restarted all together
+        self.max_restarts = run.recipe.fault.max_restarts if (layout.rejoins or self.synchronous) else 0
+        self._new_store = lambda: TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                                           timeout=timedelta(seconds=layout.timeout_s))
         global _client
-        self.store = _client = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                                        timeout=timedelta(seconds=layout.timeout_s))
+        self.store = _client = self._new_store()
+        self.world_restarts = 0
         self.learners: dict[int, Learner] = {}
         self.interrupts = 0
         self.stop_cause: str | None = None  # "Ctrl-C" / "SIGTERM" once a signal stops the run
@@ -137,8 +140,9 @@ class Supervisor:
                     LIFE_ENV: str(life), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(self.store.port),
                     "WORLD_SIZE": str(self.world), "RANK": str(rank), "LOCAL_RANK": str(rank),
                     "GROUP_RANK": "0", "NODE_RANK": "0", "LOCAL_WORLD_SIZE": str(self.world),
-                    "TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": "0",
-                    "TORCH_GLOO_LAZY_INIT": "1"})
+                    "TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": "0"})
+        if not self.synchronous:  # a restarted learner forms its process group without the others
+            env["TORCH_GLOO_LAZY_INIT"] = "1"
         return env
 
     def _start(self, rank: int, life: int) -> subprocess.Popen:
@@ -174,8 +178,9 @@ class Supervisor:
 
     # -- the run ----------------------------------------------------------------------------------
 
-    def supervise(self) -> tuple[dict[int, dict], float]:
-        """Run the learners to their end; every learner's end-of-run numbers and the seconds taken."""
+    def supervise(self) -> tuple[dict[int, dict], float, dict | None]:
+        """Run the learners to their end: every learner's end-of-run numbers, the seconds taken, and
+        learner 0's result where the learners step together (else None)."""
         handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         start = time.perf_counter()
         try:
@@ -194,10 +199,14 @@ class Supervisor:
             from lightning.pytorch.utilities.exceptions import SIGTERMException
 
             raise SIGTERMException
-        finals = self._finals()
         if self.failure is not None:
             raise RunFailed(self.failure)
-        return finals, time.perf_counter() - start
+        seconds = time.perf_counter() - start
+        if self.synchronous:
+            if not self.store.check([RESULT_KEY]):
+                raise RunFailed("the learners ended without learner 0's result")
+            return {}, seconds, json.loads(self.store.get(RESULT_KEY))
+        return self._finals(), seconds, None
 
     def _watch(self) -> None:
         while True:
@@ -224,6 +233,8 @@ class Supervisor:
             self.store.set(STOP_KEY, f"supervisor: learner {x.rank} failed to start")
             self._signal_live(signal.SIGTERM)  # the others may still wait in their own set-up
             return
+        if self.synchronous:
+            return self._restart_all(x, how)
         can_restart = len(x.deaths) <= self.max_restarts and self.failure is None
         self.hooks.learner_exit(x.rank, code, can_restart)
         if can_restart:
@@ -246,6 +257,37 @@ class Supervisor:
         say(f"learner {x.rank} (pid {x.proc.pid}) {how}; not restarted (fault.max_restarts={self.max_restarts}): "
             "stopping the others")
         self.store.set(STOP_KEY, f"supervisor: learner {x.rank} lost")
+
+    def _restart_all(self, x: Learner, how: str, grace_s: float = 30.0) -> None:
+        """Learners in lockstep cannot go on without one of them: every learner is restarted from
+        the run's newest checkpoint (torchrun's restart-the-world), with a new store, as long as
+        ``fault.max_restarts`` allows; the work since that checkpoint is redone."""
+        if self.world_restarts >= self.max_restarts:
+            self.failure = (f"learner {x.rank} (pid {x.proc.pid}) {how}; the learners were restarted "
+                            f"{self.world_restarts} times (fault.max_restarts={self.max_restarts}); continue with: "
+                            f"rlkit resume {self.run.run_dir}")
+            self._signal_live(signal.SIGTERM)
+            return
+        self.world_restarts += 1
+        say(f"learner {x.rank} (pid {x.proc.pid}) {how}; restarting every learner from the newest checkpoint "
+            f"({self.world_restarts} of fault.max_restarts={self.max_restarts})")
+        deadline = time.monotonic() + grace_s  # the others fail their next collective within seconds
+        for other in self._live():
+            try:
+                other.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                other.proc.kill()
+                other.proc.wait(timeout=10)
+        self.restarts.append({"learner": x.rank, "exit_code": x.deaths[-1], "restart": self.world_restarts,
+                              "time": round(time.time(), 3), "all": True})
+        if self.stop_cause is not None:
+            return
+        global _client
+        self.store = _client = self._new_store()
+        time.sleep(RESTART_PAUSE_S)
+        for other in self.learners.values():
+            other.life, other.done = self.world_restarts, False
+            other.proc = self._start(other.rank, other.life)
 
     def _end_learners(self) -> None:
         """Every learner leaves: ``child_grace_s`` at most after a stop, then it is killed."""

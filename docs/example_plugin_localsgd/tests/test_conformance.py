@@ -25,7 +25,7 @@ class TestLocalSGDConformance(testing.CommunicatorConformance):
     # (read by the newer conformance suite; harmless to an older one)
     learners = 2
     own_optimizer_state = True  # each learner's RMSprop state is its own (LearnerLayout.own_optimizer_state)
-    learner_killed = "fails"  # a synchronous protocol cannot go on without a peer
+    learner_killed = "recovers"  # synchronous: the supervisor restarts every learner from the newest checkpoint
     kill_overrides = ("communication.options.timeout_s=30",)
 
     def check_run(self, result) -> None:

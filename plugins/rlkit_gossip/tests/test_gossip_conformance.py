@@ -1,4 +1,4 @@
-"""The conformance suite on `gossip` (GALA): 2 independent learners; a killed learner leaves the others going."""
+"""The conformance suite on `gossip` (GALA): 2 independent learners; a killed learner (learner 0 too) is restarted and rejoins."""
 
 import pytest
 
@@ -13,7 +13,7 @@ class TestGossipConformance(CommunicatorConformance):
     in_process = False
     learners = 2
     independent_checkpoints = True
-    learner_killed = "continues"
+    learner_killed = "recovers"
     kill_overrides = ("communication.options.peer_timeout_s=5",)
 
     def check_run(self, result) -> None:
