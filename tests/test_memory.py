@@ -46,8 +46,15 @@ def faults_per_step(mode: str) -> float:
 
 @pytest.mark.skipif(not GLIBC, reason="glibc's mallopt")
 def test_a_train_step_reuses_freed_memory_instead_of_faulting_it_back():
-    keep, default = faults_per_step("keep"), faults_per_step("default")
-    msg = f"minor page faults per train step: {keep:.0f} with keep_freed_memory, {default:.0f} with glibc's defaults"
+    # the host can only add faults (another process's memory pressure, a cold page cache on the first
+    # run after set-up: seen once in a full suite), never remove them: the fewest of up to three tries
+    # is the setting's own count
+    tries = []
+    while len(tries) < 3 and (not tries or min(tries) >= 200):
+        tries.append(faults_per_step("keep"))
+    keep, default = min(tries), faults_per_step("default")
+    msg = (f"minor page faults per train step: {keep:.0f} with keep_freed_memory (tries: {tries}), "
+           f"{default:.0f} with glibc's defaults")
     assert keep < 200, msg
     # glibc's defaults fault 400-5,000 pages per step on the hosts measured (the count varies with what
     # else the host holds), the setting 0-50: the measurement sees what the setting removes

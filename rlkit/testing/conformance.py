@@ -178,39 +178,63 @@ class CommunicatorConformance:
         assert_no_leak(resumed.tree, run_dir)
         self.check_run(result)
 
-    def test_killing_a_learner(self, tmp_path):
-        """SIGKILL of learner 1 from outside: what ``learner_killed`` says; no process left."""
-        self._kill(tmp_path, 1)
-
-    def test_killing_learner_0(self, tmp_path):
-        """Learner 0 is no different: SIGKILL of it does what ``learner_killed`` says too."""
-        self._kill(tmp_path, 0)
-
-    def _kill(self, tmp_path, victim: int) -> None:
-        """The learner is killed once it has written a checkpoint of its own. ``"recovers"``: the
-        run ends with exit code 0 and its whole budget, ``result.json`` names the restart, and the
-        learner says which checkpoint it continued from; ``"fails"``: one line naming the learner,
-        exit code 1; ``"continues"``: the others finish, exit code 0."""
-        import os
-        import signal
-        import time
-
+    def test_killing_learners(self, tmp_path):
+        """SIGKILL from outside of learner 0 (no learner is special), then of learner 1, each once it
+        has written a checkpoint of its own. ``"recovers"``: both deaths in one run, the second once
+        the first victim has checkpointed again after its restart; the run ends with exit code 0 and its whole budget,
+        ``result.json`` names both restarts, each restart says which checkpoint it continued from,
+        and learner 0's log has no update twice. ``"fails"``: one line naming the learner, exit code
+        1; ``"continues"``: the others finish, exit code 0 (a run per victim for these two)."""
         import pytest
 
         if self.learner_killed is None or self.learners < 2:
             pytest.skip("no learner process to kill, or the protocol does not say what happens")
+        if self.learner_killed == "recovers":
+            self._kill(tmp_path / "one", (0, 1))
+        else:
+            for victim in (0, 1):
+                self._kill(tmp_path / f"victim{victim}", (victim,))
+
+    def check_killed_run(self, result: Any, err: str) -> None:
+        """Protocol-specific assertions on a run whose learners 0 and then 1 were killed and
+        restarted (``"recovers"``): ``err`` is the run's stderr; override in a subclass."""
+
+    def _own_checkpoints(self, run_dir: Path, rank: int) -> set[Path]:
+        own = run_dir / "checkpoints" / ("" if rank == 0 or not self.independent_checkpoints else f"learner{rank}")
+        return set(own.glob("update-*.ckpt"))
+
+    def _kill(self, tmp_path: Path, victims: tuple[int, ...]) -> None:
+        import os
+        import signal
+        import time
+
+        tmp_path.mkdir(parents=True)
         run_dir = tmp_path / "conformance"
-        budget = 12_000 * self.learners
+        # independent learners: two deaths, each with a restart of some seconds while the others train
+        # on, in a budget that leaves the survivors training until the dead have come back
+        budget = (30_000 if len(victims) > 1 and self.independent_checkpoints else 12_000) * self.learners
         run = self._cli(["run", self.recipe, *self._args(tmp_path, budget), "algo.stop_at_score=null",
                          f"checkpoint.every_steps={2000 * self.learners}", *self.kill_overrides], tmp_path)
-        own = run_dir / "checkpoints" / ("" if victim == 0 or not self.independent_checkpoints else f"learner{victim}")
+        killed: list[tuple[int, int]] = []
         try:
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and not list(own.glob("update-*.ckpt")) and run.proc.poll() is None:
-                time.sleep(0.2)
-            pid = learner_pid(run_dir, victim)
-            assert pid is not None and list(own.glob("update-*.ckpt")), "learner never checkpointed, or not found"
-            os.kill(pid, signal.SIGKILL)
+            for victim in victims:
+                deadline = time.monotonic() + 120
+                if killed:  # the last death's restart has happened (its line is out) and trains again:
+                    while run.stderr_so_far().count("restarted (life") < len(killed):
+                        assert time.monotonic() < deadline and run.proc.poll() is None, \
+                            f"no restart after killing {killed}: {run.stderr_so_far()[-3000:]}"
+                        time.sleep(0.2)
+                    last, before = killed[-1][0], self._own_checkpoints(run_dir, killed[-1][0])
+                    while not self._own_checkpoints(run_dir, last) - before:  # a checkpoint since its restart
+                        assert time.monotonic() < deadline and run.proc.poll() is None, \
+                            f"learner {last} wrote no checkpoint after its restart: {run.stderr_so_far()[-3000:]}"
+                        time.sleep(0.2)
+                while not ((pid := learner_pid(run_dir, victim)) and self._own_checkpoints(run_dir, victim)):
+                    assert time.monotonic() < deadline and run.proc.poll() is None, \
+                        f"learner {victim} never checkpointed, or not found; killed so far: {killed}"
+                    time.sleep(0.2)
+                os.kill(pid, signal.SIGKILL)
+                killed.append((victim, pid))
             _, err = run.communicate(timeout=240)
         finally:
             if run.proc.poll() is None:
@@ -222,11 +246,17 @@ class CommunicatorConformance:
         else:
             assert run.proc.returncode == 0, err[-3000:]
             result = self._result(run_dir)
-            assert f"learner {victim} (pid {pid}) killed by SIGKILL" in err, err[-3000:]
+            for victim, pid in killed:
+                assert f"learner {victim} (pid {pid}) killed by SIGKILL" in err, err[-3000:]
             if self.learner_killed == "recovers":
                 assert result.agent_steps == budget, (result.agent_steps, budget)
-                assert [(r["learner"], r["exit_code"]) for r in result.restarts] == [(victim, -9)], result.restarts
-                assert "restarted (life 2) from" in err and "checkpoint" in err, err[-3000:]
+                assert [(r["learner"], r["exit_code"]) for r in result.restarts] == [(v, -9) for v, _ in killed], \
+                    result.restarts
+                restarts = [line for line in err.splitlines() if "restarted (life" in line]
+                assert len(restarts) == len(killed) and all(".ckpt (update " in line for line in restarts), err[-3000:]
+                steps = metric_column(run_dir, "step")  # learner 0 resumed its log where its checkpoint was
+                assert steps == sorted(set(steps)) and result.updates - 10 < steps[-1] <= result.updates, steps
+                self.check_killed_run(result, err)
             else:
                 assert result.updates > 0
         assert_no_leak(run.tree, run_dir)

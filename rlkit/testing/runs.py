@@ -194,6 +194,12 @@ class WatchedRun:
             self.tree.update(snapshot_tree(self.proc.pid))
             time.sleep(self._period_s)
 
+    def stderr_so_far(self) -> str:
+        """What the run wrote to stderr until now (read without moving the run's file offset)."""
+        import os
+
+        return os.pread(self._err.fileno(), 1 << 24, 0).decode(errors="replace")
+
     def communicate(self, timeout: float = 600.0) -> tuple[str, str]:
         try:
             self.proc.wait(timeout=timeout)

@@ -1,4 +1,5 @@
-"""The conformance suite on `gossip` (GALA): 2 independent learners; a killed learner (learner 0 too) is restarted and rejoins."""
+"""The conformance suite on `gossip` (GALA): 2 independent learners; a killed learner (learner 0, then
+learner 1, in one run) is restarted from its own checkpoint and rejoins the graph."""
 
 import pytest
 
@@ -15,6 +16,23 @@ class TestGossipConformance(CommunicatorConformance):
     independent_checkpoints = True
     learner_killed = "recovers"
     kill_overrides = ("communication.options.peer_timeout_s=5",)
+
+    def check_killed_run(self, result, err) -> None:
+        """Each dead learner rejoined the graph at the update it resumed, its peer took it back, learner
+        0 logged 1 live learner then 2 again, learner 1's own log has no update twice, and the run's
+        shared memory is gone."""
+        from rlkit_gossip.transports import shm_root
+
+        for victim in (0, 1):
+            (line,) = [x for x in err.splitlines() if x.startswith(f"rlkit: learner {victim} restarted (life 2) from its")]
+            at = int(line.rsplit("(update ", 1)[1].rstrip(")").replace(",", ""))
+            assert f"gossip: learner {victim} rejoined the graph at update {at:,}" in err, err[-3000:]
+            assert f"took learner {victim} back into the graph" in err, err[-3000:]
+        live = metric_column(result.run_dir, "gossip/live_learners")
+        assert 1.0 in live and 2.0 in live[live.index(1.0):], live
+        steps = metric_column(result.run_dir, "step", "learner1.csv")
+        assert steps == sorted(set(steps)) and steps[-1] > 0, steps
+        assert not shm_root(str(result.run_dir.resolve())).exists()
 
     def check_run(self, result) -> None:
         mixed = metric_column(result.run_dir, "gossip/mixed")
