@@ -175,6 +175,12 @@ def actor_main(plan: ActorPlan, shared: Shared, conn) -> None:
     """Entry point of an actor process."""
     from rlkit.api import die_with_parent
 
+    import signal
+
     die_with_parent()
+    # a terminal Ctrl-C reaches the whole process group: the main process checkpoints and stops the
+    # actors (and die_with_parent ends any it could not), so an actor does not die of it on its own
+    # (a KeyboardInterrupt traceback per actor, and a dead actor the main process would replace)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)
     Actor(plan, shared, conn).run()

@@ -29,3 +29,34 @@ def test_cartpole_queues_solves_within_500k_steps(tmp_path):
     lags = [float(r["queues/policy_lag"]) for r in rows if r.get("queues/policy_lag")]
     assert lags and 0 < sum(lags) / len(lags) < 10  # acting and training really are apart, a little
     assert not processes_of_run(tmp_path / "solve")
+
+
+@pytest.mark.slow
+def test_a_terminal_ctrl_c_checkpoints_in_one_line_without_actor_tracebacks(tmp_path):
+    """Ctrl-C in a terminal is SIGINT to the whole process group, the 8 actors included: the run
+    still stops as Ctrl-C promises (interrupted.ckpt, the resume line, exit code 1), with no actor's
+    KeyboardInterrupt traceback, and no process of the run is left."""
+    import os
+    import signal
+
+    from rlkit.testing import assert_no_leak, wait_for_log_rows
+    from rlkit.testing.runs import snapshot_tree
+
+    run_dir = tmp_path / "ctrlc"
+    proc = subprocess.Popen(cli(tmp_path, "ctrlc", "algo.total_steps=4000000", "algo.stop_at_score=null"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        wait_for_log_rows(run_dir, 3)
+        tree = snapshot_tree(proc.pid)
+        actors = [pid for pid in tree if pid != proc.pid]
+        assert len(actors) >= 8, tree  # the actors are up and in the group the signal goes to
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err[-3000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    assert f"continue with: rlkit resume {run_dir}" in err, err[-3000:]
+    assert (run_dir / "checkpoints" / "interrupted.ckpt").is_file()
+    assert_no_leak(tree, run_dir)
