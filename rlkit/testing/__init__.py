@@ -25,6 +25,7 @@ from rlkit.testing.runs import (
     processes_of_run,
     quick_overrides,
     read_wandb_history,
+    snapshot_tree,
     torchrun_nodes,
     wait_for_log_rows,
 )
@@ -34,5 +35,5 @@ __all__ = [
     "CommunicatorConformance", "HookCall", "HookRecorder", "RecordingPlugin", "QUICK_RECIPE", "WatchedRun",
     "assert_checkpoint_of_a_trained_learner", "assert_no_leak", "check_options", "child_pids", "configure_run",
     "learner_model", "load_recipe", "make_run", "metric_column", "plugin_env", "plugin_manager", "processes_of_run",
-    "quick_overrides", "read_wandb_history", "torchrun_nodes", "wait_for_log_rows",
+    "quick_overrides", "read_wandb_history", "snapshot_tree", "torchrun_nodes", "wait_for_log_rows",
 ]

@@ -39,8 +39,7 @@ def test_a_terminal_ctrl_c_checkpoints_in_one_line_without_actor_tracebacks(tmp_
     import os
     import signal
 
-    from rlkit.testing import assert_no_leak, wait_for_log_rows
-    from rlkit.testing.runs import snapshot_tree
+    from rlkit.testing import assert_no_leak, snapshot_tree, wait_for_log_rows
 
     run_dir = tmp_path / "ctrlc"
     proc = subprocess.Popen(cli(tmp_path, "ctrlc", "algo.total_steps=4000000", "algo.stop_at_score=null"),
