@@ -173,9 +173,9 @@ class Actor:
 
 def actor_main(plan: ActorPlan, shared: Shared, conn) -> None:
     """Entry point of an actor process."""
-    from rlkit.api import die_with_parent
-
     import signal
+
+    from rlkit.api import die_with_parent
 
     die_with_parent()
     # a terminal Ctrl-C reaches the whole process group: the main process checkpoints and stops the

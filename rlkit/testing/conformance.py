@@ -181,9 +181,9 @@ class CommunicatorConformance:
     def test_killing_learners(self, tmp_path):
         """SIGKILL from outside of learner 0 (no learner is special), then of learner 1, each once it
         has written a checkpoint of its own. ``"recovers"``: both deaths in one run, the second once
-        the first victim has checkpointed again after its restart; the run ends with exit code 0 and its whole budget,
-        ``result.json`` names both restarts, each restart says which checkpoint it continued from,
-        and learner 0's log has no update twice. ``"fails"``: one line naming the learner, exit code
+        the first victim has checkpointed again after its restart; the run ends with exit code 0
+        and its whole budget, ``result.json`` names both restarts, each restart says which
+        checkpoint it continued from, and learner 0's log has no update twice. ``"fails"``: one line naming the learner, exit code
         1; ``"continues"``: the others finish, exit code 0 (a run per victim for these two)."""
         import pytest
 
