@@ -15,10 +15,9 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 def pytest_collection_modifyitems(config, items):
     """The tests that train (marked slow: seconds to minutes each) come first, in their files'
-    order, the short ones after, so no minutes-long test starts last. (xdist's load scheduling still
-    deals the first quarter out round robin by count: one worker can be left with more of the slow
-    ones; docs/benchmarks.md, "Test suite".) Every worker sorts the same way, so their collections
-    still agree."""
+    order, the short ones after, so no minutes-long test starts last (scripts/test's worksteal
+    scheduling then hands the short ones to whichever worker runs out; docs/benchmarks.md, "Test
+    suite"). Every worker sorts the same way, so their collections still agree."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 

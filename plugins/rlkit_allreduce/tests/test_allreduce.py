@@ -170,6 +170,7 @@ def test_two_nodes_on_loopback_train_and_exit_cleanly(tmp_path):
     assert (tmp_path / "two-nodes" / "checkpoints" / "last.ckpt").is_file()
 
 
+@pytest.mark.slow
 def test_two_learners_share_one_device(tmp_path):
     """placement.learners_per_device: 2 learner processes on 1 device (gloo), gradients still averaged:
     every logged update timed an all-reduce between 2 ranks, and the two learners' parameters are
