@@ -127,9 +127,11 @@ def wait_for_log_rows(run_dir: Path, rows: int, timeout_s: float = 120.0) -> Non
 
 
 def torchrun_nodes(tmp_path: Path, recipe: str, nodes: int, per_node: int, overrides: list[str],
-                   timeout_s: float = 300.0) -> list[tuple[int, str, str]]:
+                   timeout_s: float = 300.0, max_restarts: int | None = None) -> list[tuple[int, str, str]]:
     """The documented multi-node launch, on one machine: one ``torchrun`` per node, all on
-    127.0.0.1, each running ``rlkit run recipe``; returns (exit code, stdout, stderr) per node."""
+    127.0.0.1, each running ``rlkit run recipe``; returns (exit code, stdout, stderr) per
+    node. ``max_restarts``: the elastic launch instead (c10d rendezvous, ``--max-restarts``; node
+    ranks are handed out by the rendezvous)."""
     import os
     import socket
     import subprocess
@@ -139,10 +141,16 @@ def torchrun_nodes(tmp_path: Path, recipe: str, nodes: int, per_node: int, overr
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    procs = [subprocess.Popen([torchrun, "--nnodes", str(nodes), "--node_rank", str(rank), "--nproc_per_node",
-                               str(per_node), "--master_addr", "127.0.0.1", "--master_port", str(port), "-m",
-                               "rlkit.cli", "run", recipe, f"trainer.num_nodes={nodes}", f"trainer.devices={per_node}",
-                               f"placement.learners={nodes * per_node}", *overrides],
+
+    def launch(rank: int) -> list[str]:
+        if max_restarts is None:
+            return ["--node_rank", str(rank), "--master_addr", "127.0.0.1", "--master_port", str(port)]
+        return ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"rlkit-{port}",
+                "--max-restarts", str(max_restarts)]
+
+    procs = [subprocess.Popen([torchrun, "--nnodes", str(nodes), *launch(rank), "--nproc_per_node", str(per_node),
+                               "-m", "rlkit.cli", "run", recipe, f"trainer.num_nodes={nodes}",
+                               f"trainer.devices={per_node}", f"placement.learners={nodes * per_node}", *overrides],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
                               env=dict(os.environ, WANDB_MODE="offline"))
              for rank in range(nodes)]

@@ -112,18 +112,20 @@ def train(recipe_name: str, overrides: Iterable[str] = (), manager: RlkitPluginM
 
     spaces = env_spaces(cfg.env)  # an unknown env id fails here, before any output is written
     run = Run(cfg, options, _run_dir(cfg, recipe_name), Path(recipe_name).stem, launcher=RUN_DIR_ENV not in os.environ)
-    if resume_from is None and RUN_DIR_ENV not in os.environ and any(run.run_dir.glob("checkpoints/**/*.ckpt")):
+    from rlkit.training.supervisor import supervised_learner, supervises, torchrun_marker
+
+    marker = torchrun_marker(run.run_dir) if run.launcher else None
+    restarted = marker is not None and marker.is_file()  # torchrun's agent started this worker again
+    if resume_from is None and run.launcher and not restarted and any(run.run_dir.glob("checkpoints/**/*.ckpt")):
         raise UserError(f"logging.run_name: {run.run_dir} already holds a run's checkpoints; continue it with "
                         f"`rlkit resume {run.run_dir}`, or choose another logging.run_name")
     communicator = spec.factory(options, cfg)
     manager.pm.register(communicator, name=RUN_COMMUNICATOR)
     hooks = RunHooks(manager, run)
     error: BaseException | None = None
-    from rlkit.training.supervisor import supervised_learner, supervises
-
-    if supervised_learner():
-        run.supervised = True
-        resume_from = _supervised_resume_point(run, resume_from, hooks.layout.topology is Topology.INDEPENDENT)
+    run.supervised = supervised_learner()
+    if run.supervised or restarted:
+        resume_from = _restart_point(run, resume_from, hooks.layout.topology is Topology.INDEPENDENT, restarted)
     owns_env = RUN_DIR_ENV not in os.environ
     os.environ[RUN_DIR_ENV] = str(run.run_dir)
     try:
@@ -134,11 +136,14 @@ def train(recipe_name: str, overrides: Iterable[str] = (), manager: RlkitPluginM
                 _write_run_dir(run)
             except (OSError, StorageError) as exc:  # nothing has started: the user's to fix
                 raise UserError(f"logging.root: {exc if isinstance(exc, StorageError) else _os_error(exc)}") from None
+            if marker is not None and not restarted:  # this agent's workers have trained here
+                marker.parent.mkdir(exist_ok=True)
+                write_atomic(marker, f"{os.environ.get('TORCHELASTIC_RUN_ID', '')}\n")
         if run.supervised and run.launcher:  # it trains nothing: it starts and watches the learners
             return _supervise(run, hooks)
         if resume_from is None:  # a resumed run's envs get other seeds (ActorCriticModule.env_seed)
             hooks.start_envs()  # they reset while torch and Lightning import
-        return _fit(run, hooks, spaces, resume_from)
+        return _fit(run, hooks, spaces, resume_from, restarted)
     except BaseException as exc:
         error = exc
         raise
@@ -152,7 +157,7 @@ def train(recipe_name: str, overrides: Iterable[str] = (), manager: RlkitPluginM
         hooks.close_started_envs()  # last: it may wait for a reset (bounded)
 
 
-def _fit(run: Run, hooks: RunHooks, spaces, resume_from: Path | None = None) -> RunResult:
+def _fit(run: Run, hooks: RunHooks, spaces, resume_from: Path | None = None, restarted: bool = False) -> RunResult:
     import torch
 
     from rlkit.learner.module import ActorCriticModule
@@ -166,7 +171,7 @@ def _fit(run: Run, hooks: RunHooks, spaces, resume_from: Path | None = None) -> 
     module = ActorCriticModule(cfg, *spaces, hooks=hooks, recipe_dict=to_container(cfg))
     from rlkit.training.supervisor import life
 
-    resume_step = 0 if life() else None  # a restarted learner with no checkpoint redoes its log from 0
+    resume_step = 0 if life() or restarted else None  # restarted with no checkpoint: its log again from 0
     if resume_from is not None:
         from rlkit.training.checkpoints import stored_step
 
@@ -248,29 +253,31 @@ def result_from_finals(run: Run, finals: dict[int, dict], updates: int, seconds:
                      seconds, solved, learners=learners if per_learner else None)
 
 
-def _supervised_resume_point(run: Run, named: Path | None, independent: bool) -> Path | None:
-    """Where a supervised learner continues from. Independent: from its own newest checkpoint
-    whatever the command line named (on ``rlkit resume``, and when the supervisor restarts it after
-    a death); with none of its own from update 0, never from another learner's state and counters.
-    Synchronous: the command line's checkpoint, and after a restart of every learner the run's
-    newest (learner 0's), or update 0 where there is none yet."""
+def _restart_point(run: Run, named: Path | None, independent: bool, by_torchrun: bool) -> Path | None:
+    """Where a supervised learner, or one torchrun's agent started again, continues from.
+    Independent: from its own newest checkpoint whatever the command line named (on ``rlkit
+    resume``, and after a restart); with none of its own from update 0, never from another
+    learner's state and counters. Synchronous: the command line's checkpoint, and after a restart
+    of every learner the run's newest (learner 0's), or update 0 where there is none yet."""
     from rlkit.training.supervisor import life, own_checkpoint
 
     rank, lives = int(os.environ.get("RANK", "0")), life()
-    if not independent and not lives:
+    again = bool(lives) or by_torchrun
+    life_n = "by torchrun" if by_torchrun else f"life {lives + 1}"
+    if not independent and not again:
         return named
     own = own_checkpoint(run.checkpoint_dir, 0 if not independent else rank)
     if not independent:
         if rank == 0:
             where = f"from {own} (update {stored_step_of(own):,})" if own is not None else "from update 0 (no checkpoint yet)"
-            print(f"rlkit: every learner restarted (life {lives + 1}) {where}", file=sys.stderr, flush=True)
+            print(f"rlkit: every learner restarted ({life_n}) {where}", file=sys.stderr, flush=True)
         return own
-    if lives or (named is not None and own is None):
+    if again or (named is not None and own is None):
         from rlkit.training.checkpoints import stored_step
 
         where = (f"from its checkpoint {own} (update {stored_step(own):,})" if own is not None
                  else "with no checkpoint of its own: from update 0")
-        verb = f"restarted (life {lives + 1})" if lives else "resumes"
+        verb = f"restarted ({life_n})" if again else "resumes"
         print(f"rlkit: learner {rank} {verb} {where}", file=sys.stderr, flush=True)
     return own
 

@@ -62,7 +62,31 @@ def supervises(layout: LearnerLayout, recipe) -> bool:
 
 
 def life() -> int:
-    return int(os.environ.get(LIFE_ENV, "0") or 0)
+    """0 in a learner's first process, n after its n-th restart (by the supervisor, or by torchrun's
+    agent on this node)."""
+    return int(os.environ.get(LIFE_ENV) or os.environ.get("TORCHELASTIC_RESTART_COUNT") or 0)
+
+
+def torchrun_marker(run_dir: Path) -> Path | None:
+    """Under torchrun: the file by which this worker's agent (its parent process: host, pid, start
+    time) marks the run folder once its first workers trained here; None outside torchrun.
+
+    A worker that finds its agent's mark was started again by the same ``torchrun --max-restarts``
+    after a failure, its own learner's or another node's. ``TORCHELASTIC_RESTART_COUNT`` cannot
+    tell: an agent whose own workers were healthy restarts them when another node rejoins the
+    rendezvous, without counting a restart. A new ``torchrun`` is a new agent: it finds no mark,
+    and ``rlkit run`` into a folder with checkpoints is refused as before."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ or supervised_learner():
+        return None
+    import socket
+
+    agent = os.getppid()
+    try:  # field 22 of /proc/<pid>/stat: the start time, so a reused pid is another agent
+        started = Path(f"/proc/{agent}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        started = "0"
+    name = f"{socket.gethostname()}-{agent}-{started}-{os.environ.get('LOCAL_RANK', '0')}"
+    return run_dir / ".torchrun" / name
 
 
 def supervised_learner() -> bool:

@@ -7,8 +7,7 @@ import sys
 import pytest
 import torch
 
-from rlkit.testing import torchrun_nodes
-from rlkit.testing import plugin_env
+from rlkit.testing import plugin_env, processes_of_run, torchrun_nodes
 
 TWO = ("placement.learners=2", "trainer.devices=2", "env.num_envs=4")
 
@@ -168,6 +167,41 @@ def test_two_nodes_on_loopback_train_and_exit_cleanly(tmp_path):
     assert (result["updates"], result["agent_steps"]) == (100, 4000), result
     assert outs[0][1].count("agent steps") == 1 and "agent steps" not in outs[1][1]
     assert (tmp_path / "two-nodes" / "checkpoints" / "last.ckpt").is_file()
+
+
+@pytest.mark.slow
+def test_torchrun_max_restarts_restarts_both_nodes_from_the_newest_checkpoint(tmp_path):
+    """Across hosts torchrun's elastic agent is the supervisor (c10d rendezvous, --max-restarts):
+    learner 1 is SIGKILLed after update 150; the survivor fails its next all-reduce, both nodes'
+    agents start their learners again, and every learner continues from the run's newest
+    checkpoint (update 100): exit code 0 on both nodes, the whole budget, one log without repeated
+    or missing rows, no process left. A new torchrun into the same folder is refused (the folder
+    holds a run; `rlkit resume` continues it), not silently continued."""
+    import csv
+    import json
+
+    run_dir = tmp_path / "elastic"
+    args = ["trainer.torch_threads=1", "algo.total_steps=16000", "algo.stop_at_score=null", "checkpoint.every_steps=4000",
+            "fault.kill_learner=1", "fault.kill_at_update=150", "trainer.progress_bar=false", "logging.backends=[csv]",
+            "trainer.log_every_n_updates=10", f"logging.root={tmp_path}", "logging.run_name=elastic"]
+    outs = torchrun_nodes(tmp_path, "a2c-cartpole-allreduce", 2, 1, args, max_restarts=1)
+    err = "".join(e for _, _, e in outs)
+    for code, _, node_err in outs:
+        assert code == 0, node_err[-3000:]
+    assert "kills itself with SIGKILL after update 150" in err, err[-3000:]  # the fault happened
+    assert f"every learner restarted (by torchrun) from {run_dir / 'checkpoints' / 'update-100.ckpt'} (update 100)" in err, \
+        err[-3000:]
+    result = json.loads((run_dir / "result.json").read_text())
+    assert (result["updates"], result["agent_steps"]) == (400, 16000), result  # 2 x 4 envs x 5 steps per update
+    with open(run_dir / "csv" / "metrics.csv", newline="") as fh:
+        steps = [int(r["step"]) for r in csv.DictReader(fh)]
+    assert steps == [1, *range(10, 401, 10)], steps  # rows 110-150 of the lost attempt logged once, again
+    assert not processes_of_run(run_dir)
+
+    again = torchrun_nodes(tmp_path, "a2c-cartpole-allreduce", 2, 1, [a for a in args if not a.startswith("fault.")],
+                           max_restarts=1, timeout_s=120)
+    assert all(code != 0 for code, _, _ in again), again
+    assert f"logging.run_name: {run_dir} already holds a run's checkpoints" in "".join(e for _, _, e in again)
 
 
 @pytest.mark.slow

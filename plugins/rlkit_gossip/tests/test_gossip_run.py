@@ -87,7 +87,7 @@ def test_two_nodes_gossip_over_torch_distributed(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("transport", ["dist"])  # shm: the conformance suite's kill test (test_conformance_local.py)
+@pytest.mark.parametrize("transport", ["dist"])  # shm: the conformance suite's kill test (test_gossip_conformance.py)
 def test_killing_a_learner_leaves_the_others_to_finish(tmp_path, transport):
     run_dir = tmp_path / "kill"
     proc = subprocess.Popen(cli(tmp_path, "kill", "algo.total_steps=60000", "algo.stop_at_score=null",
