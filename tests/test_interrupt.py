@@ -1,6 +1,7 @@
 """Signals during a run beyond the conformance suite's Ctrl-C test (which every communicator runs:
-rlkit/testing/): SIGTERM, a second Ctrl-C, a terminal's Ctrl-C to every gossip learner, the
-launcher's grace before SIGKILL, and Ctrl-C before training starts."""
+rlkit/testing/): SIGTERM, a terminal's Ctrl-C to an async-env run, a second Ctrl-C, a terminal's
+Ctrl-C to every gossip learner, the launcher's grace before SIGKILL, and Ctrl-C before training
+starts."""
 
 import os
 import signal
@@ -39,10 +40,48 @@ def test_sigterm_checkpoints_and_stops_like_ctrl_c(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 1, err[-2000:]
+    assert f"continue with: rlkit resume {run_dir}" in err, err[-2000:]
     assert_checkpoint_of_a_trained_learner(run_dir / "checkpoints" / "interrupted.ckpt")
     while (still_alive(tree) or processes_of_run(run_dir)) and time.monotonic() - sent < 10:
         time.sleep(0.2)
     assert not still_alive(tree) and not processes_of_run(run_dir), "a process of the run outlived SIGTERM by 10 s"
+
+
+@pytest.mark.slow
+def test_a_terminal_ctrl_c_to_an_async_env_run_is_one_line_and_exit_code_1(tmp_path):
+    """A terminal's Ctrl-C is SIGINT to the whole process group, the async env workers included:
+    the run still writes interrupted.ckpt and ends with the resume line and exit code 1 (not 130),
+    with no worker traceback, and nothing is left. Before the workers ignored it, 2 runs in 5 ended
+    with code 130 and gymnasium tracebacks; and until the process building the envs was told apart
+    from its workers, it ignored the Ctrl-C itself and trained on: three runs here."""
+    for attempt in range(3):
+        run_dir = tmp_path / f"stop{attempt}"
+        args = [a.replace("logging.run_name=stop", f"logging.run_name=stop{attempt}") for a in _args(tmp_path)]
+        proc = subprocess.Popen([sys.executable, "-m", "rlkit.cli", "run", "a2c-cartpole-local", *args],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                                env=dict(os.environ, WANDB_MODE="offline"), start_new_session=True)
+        try:
+            wait_for_log_rows(run_dir, 3)
+            tree = snapshot_tree(proc.pid)
+            assert len(tree) >= 1 + 8, f"async env workers (8 envs) expected below the run: {tree}"
+            os.killpg(proc.pid, signal.SIGINT)
+            sent = time.monotonic()
+            _, err = proc.communicate(timeout=60)
+            took = time.monotonic() - sent
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 1, (attempt, err[-3000:])
+        # 0.3 s, or 2.4 where the stop cut a step's results off (ENV_CLOSE_TIMEOUT_S), on a busy host
+        assert took < 10, f"the run took {took:.1f} s to stop after Ctrl-C"
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err, (attempt, err[-3000:])
+        (line,) = err.strip().splitlines()  # one line: where it stopped, the checkpoint, how to go on
+        assert line.endswith(f"wrote {run_dir / 'checkpoints' / 'interrupted.ckpt'}; continue with: rlkit resume {run_dir}"), \
+            (attempt, err[-3000:])
+        assert_checkpoint_of_a_trained_learner(run_dir / "checkpoints" / "interrupted.ckpt")
+        while (still_alive(tree) or processes_of_run(run_dir)) and time.monotonic() - sent < 10:
+            time.sleep(0.2)
+        assert not still_alive(tree) and not processes_of_run(run_dir), "a process of the run outlived Ctrl-C by 10 s"
 
 
 # A run whose shutdown hangs (a plugin's learner_end sleeps): the second Ctrl-C must not wait for it.

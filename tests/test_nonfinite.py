@@ -5,6 +5,7 @@ counts them, and trains on."""
 import csv
 import math
 
+import gymnasium
 import pytest
 import torch
 
@@ -39,7 +40,8 @@ class PoisonGradients:
 
 def run(tmp_path, poison, *overrides):
     manager = build_plugin_manager()
-    manager.pm.register(poison)
+    if poison is not None:
+        manager.pm.register(poison)
     return train("a2c-cartpole-local", [f"logging.root={tmp_path}", "logging.run_name=nf", "logging.backends=[csv]",
                                         "trainer.progress_bar=false", "algo.stop_at_score=null",
                                         "trainer.log_every_n_updates=10", *overrides], manager)
@@ -79,3 +81,69 @@ def test_a_long_run_of_nonfinite_updates_stops_even_when_skipping(tmp_path):
     poison = PoisonGradients(range(10, 1000))
     with pytest.raises(RunFailed, match="100 non-finite updates in a row"):
         run(tmp_path, poison, "algo.total_steps=60000", "algo.on_nonfinite=skip")
+
+
+class NaNRewardAt(gymnasium.Wrapper):
+    """CartPole whose reward (or, with ``what = "observations"``, observation) is NaN at one env
+    step, counted over every env of the process: a broken env or reward function, where the NaN
+    reaches the loss itself, not only a gradient."""
+
+    at, steps, what = 500, 0, "rewards"
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        NaNRewardAt.steps += 1
+        if NaNRewardAt.steps == NaNRewardAt.at:
+            if NaNRewardAt.what == "rewards":
+                reward = math.nan
+            else:
+                obs = obs.copy()
+                obs[0] = math.nan
+        return obs, reward, terminated, truncated, info
+
+
+NAN_ENV = "RlkitTest/NaNRewardCartPole-v1"
+if NAN_ENV not in gymnasium.registry:
+    gymnasium.register(NAN_ENV, entry_point=lambda **kw: NaNRewardAt(gymnasium.make("CartPole-v1", **kw)))
+
+
+@pytest.fixture
+def nan_env():
+    NaNRewardAt.steps, NaNRewardAt.what = 0, "rewards"
+    yield NAN_ENV
+
+
+def test_a_nan_reward_stops_the_run_naming_the_update_and_the_env(tmp_path, nan_env):
+    # 8 envs step together: env step 500 is in vector step ceil(500 / 8) = 63, the 3rd step of
+    # update ceil(63 / 5) = 13, and of env 500 - 62 * 8 - 1 = 3 (envs step in order)
+    with pytest.raises(RunFailed, match=r"learner 0: loss nan, gradient norm nan at update 13; the rollout's rewards "
+                                        r"hold 1 non-finite value\(s\), the first from env 3 at step 2 of the rollout"):
+        run(tmp_path, None, f"env.id={nan_env}", "env.vectorization=sync", "algo.total_steps=20000",
+            "checkpoint.every_steps=200")
+    assert NaNRewardAt.steps >= NaNRewardAt.at  # the NaN was produced
+    ckpts = sorted((tmp_path / "nf" / "checkpoints").glob("*.ckpt"))
+    assert ckpts, "the checkpoints before update 13 are kept"
+    for ckpt in ckpts:
+        state = load_checkpoint(ckpt)["state_dict"]
+        assert all(torch.isfinite(v).all() for v in state.values()), ckpt
+
+
+def test_a_nan_observation_stops_the_run_naming_the_env(tmp_path, nan_env):
+    """A policy cannot act on a NaN observation (a discrete one's sampler refuses NaN
+    probabilities): the run stops with the env named, not the sampler's error."""
+    NaNRewardAt.what = "observations"
+    with pytest.raises(RunFailed, match=r"env 3 returned a non-finite observation \(NaN/inf; 1 of 8 envs this step\): "
+                                        r"the policy cannot act on it"):
+        run(tmp_path, None, f"env.id={nan_env}", "env.vectorization=sync", "algo.total_steps=20000")
+    assert NaNRewardAt.steps >= NaNRewardAt.at  # the NaN was produced
+
+
+def test_a_nan_reward_is_skipped_and_the_scores_stay_finite(tmp_path, nan_env, capsys):
+    result = run(tmp_path, None, f"env.id={nan_env}", "env.vectorization=sync", "algo.total_steps=6000",
+                 "algo.on_nonfinite=skip")
+    assert "skipped an update (loss nan, gradient norm nan at update 13; the rollout's rewards" in capsys.readouterr().err
+    rows = list(csv.DictReader(open(tmp_path / "nf" / "csv" / "metrics.csv")))
+    assert float(rows[-1]["nonfinite/skipped"]) == 1.0  # only the update whose rollout held the NaN
+    assert float(rows[-1]["nonfinite/scores"]) == 1.0  # the game it was in has no score: left out, counted
+    assert result.score_mean is not None and math.isfinite(result.score_mean), result
+    assert all(math.isfinite(float(r["score_mean"])) for r in rows if r.get("score_mean")), rows

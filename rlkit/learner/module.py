@@ -51,6 +51,7 @@ class ActorCriticModule(pl.LightningModule):
         self.frames_per_step = recipe.env.atari.frameskip if is_atari(recipe.env.id) else 1
         self.agent_steps = 0  # this learner's
         self.nonfinite_skipped = self.nonfinite_in_a_row = 0
+        self.nonfinite_scores = 0  # games whose score was NaN/inf (an env's reward): left out of every mean
         self._resumed_at = 0  # the update a resumed run continues from
         self.learner_finals: dict[int, dict] = {}  # learner 0 of independent learners: every learner's end
         self.recent_scores: collections.deque = collections.deque(maxlen=recipe.algo.score_window)
@@ -172,7 +173,7 @@ class ActorCriticModule(pl.LightningModule):
         self.manual_backward(losses.total)
         self.hooks.sync_gradients(self)
         grad_norm = self._clip_gradients()
-        if not self._finite(losses.total, grad_norm):
+        if not self._finite(losses.total, grad_norm, batch):
             self._account(batch)  # the env steps happened; the update did not
             return
         logged = (self.global_step + 1) % self.recipe.trainer.log_every_n_updates == 0 or self.global_step == 0
@@ -188,16 +189,18 @@ class ActorCriticModule(pl.LightningModule):
             self._log_metrics(losses, grad_norm)
         self._maybe_stop()
 
-    def _finite(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> bool:
+    def _finite(self, loss: torch.Tensor, grad_norm: torch.Tensor, batch: Batch) -> bool:
         """False (after stopping or counting a skip, per ``algo.on_nonfinite``) when the loss or the
         gradient norm is NaN/inf. Checked after the gradient exchange, so learners that share
-        gradients see the same norm and decide alike; the parameters are untouched either way."""
+        gradients see the same norm and decide alike; the parameters are untouched either way. The
+        message says whether the rollout itself (the env's rewards or observations) held the NaN."""
         if bool(torch.isfinite(loss) & torch.isfinite(grad_norm)):
             self.nonfinite_in_a_row = 0
             return True
         self.nonfinite_skipped += 1
         self.nonfinite_in_a_row += 1
         what = f"loss {loss.item()}, gradient norm {grad_norm.item()} at update {self.global_step + 1}"
+        what += nonfinite_inputs(batch)
         if self.recipe.algo.on_nonfinite == "stop" or self.nonfinite_in_a_row >= MAX_NONFINITE_IN_A_ROW:
             why = ("" if self.recipe.algo.on_nonfinite == "stop"
                    else f"{MAX_NONFINITE_IN_A_ROW} non-finite updates in a row; last: ")
@@ -275,6 +278,10 @@ class ActorCriticModule(pl.LightningModule):
     def _account(self, batch: Batch) -> None:
         self.agent_steps += batch.steps
         scores, lengths = self._episodes(batch)
+        if not all(math.isfinite(s) for s in scores):  # a NaN reward (on_nonfinite=skip): that game has no score
+            kept = [(s, n) for s, n in zip(scores, lengths) if math.isfinite(s)]
+            self.nonfinite_scores += len(scores) - len(kept)
+            scores, lengths = [s for s, _ in kept], [n for _, n in kept]
         self.recent_scores.extend(scores)
         self._window.add(batch.steps, scores, lengths)
 
@@ -300,6 +307,8 @@ class ActorCriticModule(pl.LightningModule):
         metrics.update(self._update_size or {})
         if self.nonfinite_skipped:
             metrics["nonfinite/skipped"] = float(self.nonfinite_skipped)
+        if self.nonfinite_scores:
+            metrics["nonfinite/scores"] = float(self.nonfinite_scores)
         metrics.update(self._window.flush(self.recipe.placement.learners, self.frames_per_step))
         if self.recent_scores:
             metrics["score_mean"] = sum(self.recent_scores) / len(self.recent_scores)
@@ -335,7 +344,7 @@ class ActorCriticModule(pl.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["rlkit"] = {"learner": self.global_rank, "agent_steps": self.agent_steps,
                                "recent_scores": list(self.recent_scores), "rng": rng.capture(),
-                               "nonfinite_skipped": self.nonfinite_skipped,
+                               "nonfinite_skipped": self.nonfinite_skipped, "nonfinite_scores": self.nonfinite_scores,
                                "plugins": self.hooks.state_dict(self) if self.hooks else {}}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
@@ -344,6 +353,7 @@ class ActorCriticModule(pl.LightningModule):
         self.recent_scores.clear()
         self.recent_scores.extend(state.get("recent_scores", []))
         self.nonfinite_skipped = int(state.get("nonfinite_skipped", 0))
+        self.nonfinite_scores = int(state.get("nonfinite_scores", 0))
         self._resumed_at = int(checkpoint.get("global_step", 0))
         if "rng" in state and state.get("learner", 0) == self.global_rank:
             rng.restore(state["rng"])
@@ -396,3 +406,18 @@ class _Window:
             out["episode/count"] = float(len(self.scores))
         self.start, self.steps, self.scores, self.lengths = now, 0, [], []
         return out
+
+
+def nonfinite_inputs(batch: Batch) -> str:
+    """Where a non-finite loss came from when it is the rollout itself (a broken env, a reward
+    function that divides by zero): the first NaN/inf in the rewards or the observations, as a
+    clause of the message; "" when both are finite (the network or the optimizer then made it)."""
+    for name, values in (("rewards", batch.rewards), ("observations", batch.obs)):
+        if not values.is_floating_point():
+            continue
+        bad = ~torch.isfinite(values)
+        if bool(bad.any()):
+            step, env = (int(i) for i in bad.nonzero()[0][:2])
+            return (f"; the rollout's {name} hold {int(bad.sum())} non-finite value(s), the first from env {env} at "
+                    f"step {step} of the rollout (the env produced them)")
+    return ""

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from rlkit.config.schema import RunConfig
+from rlkit.infra.errors import RunFailed
 from rlkit.hooks.batch import Batch
 from rlkit.learner.envs import EnvStart, close_envs, is_atari, make_vector_env
 from rlkit.learner.models import ActorCritic
@@ -86,7 +87,11 @@ class LocalRollout:
         scores, lengths = [], []
         obs_buf[0] = self.obs
         for t in range(T):
-            actions, _ = self.model.act(obs_buf[t])
+            try:
+                actions, _ = self.model.act(obs_buf[t])
+            except RuntimeError:  # e.g. sampling from NaN probabilities: say so if the env caused it
+                _raise_if_nonfinite(obs_buf[t])
+                raise
             actions_buf[t] = actions
             obs, reward, terminated, truncated, info = self.env.step(self.model.env_actions(actions))
             done = np.logical_or(terminated, truncated)
@@ -119,3 +124,14 @@ class LocalRollout:
         env, self.env = self.env, None
         if env is not None:
             close_envs(env)
+
+
+def _raise_if_nonfinite(obs: torch.Tensor) -> None:
+    """A policy cannot act on a NaN/inf observation (a discrete one fails to sample): name the env
+    that returned it instead of the sampler's error."""
+    if obs.is_floating_point():
+        bad = ~torch.isfinite(obs.reshape(obs.shape[0], -1)).all(dim=1)
+        if bool(bad.any()):
+            envs = [int(i) for i in bad.nonzero().flatten()]
+            raise RunFailed(f"env {envs[0]} returned a non-finite observation (NaN/inf; {len(envs)} of {obs.shape[0]} "
+                            "envs this step): the policy cannot act on it; the last good checkpoint is kept")
