@@ -76,6 +76,24 @@ def test_run_folders_outside_a_sweep_group_by_communicator_and_env(tmp_path):
     assert "## Other-v0" in text and "| queues | queues | 1 |" in text
 
 
+def test_one_recipe_in_two_sweeps_is_a_row_per_sweep(tmp_path):
+    """The same recipe swept twice (with and without an override: a fault, say) is compared, not
+    pooled: a row per sweep, labelled by the sweep's folder, in the table and the CSVs."""
+    for name, finals in (("nokill", [4.0, 5.0]), ("kill", [1.0, 2.0])):
+        root = tmp_path / name
+        root.mkdir()
+        (root / "sweep.json").write_text("{}")
+        for seed, final in enumerate(finals):
+            make_run(root / "a2c-x-gossip" / f"seed{seed}", "Toy-v0", "gossip", final, [(100, final)])
+    text, _, _ = compare([str(tmp_path / "nokill"), str(tmp_path / "kill")], out_dir=str(tmp_path / "out"))
+    assert "| nokill/a2c-x-gossip | gossip | 2 | 4.50 [4.00, 5.00] |" in text, text
+    assert "| kill/a2c-x-gossip | gossip | 2 | 1.50 [1.00, 2.00] |" in text, text
+    import csv
+
+    rows = list(csv.DictReader((tmp_path / "out" / "runs.csv").open()))
+    assert sorted(r["recipe"] for r in rows) == ["kill/a2c-x-gossip"] * 2 + ["nokill/a2c-x-gossip"] * 2
+
+
 def test_steps_to_target_is_the_first_logged_crossing():
     import numpy as np
 

@@ -38,6 +38,7 @@ class RunRecord:
     final: float | None  # mean raw score over the run's last score window
     sps: float | None  # median logged agent steps/s (resumed runs included)
     curve: np.ndarray  # (k, 2): agent_steps, score_mean as logged
+    sweep: Path | None = None  # the sweep folder the run is in
 
 
 @dataclass
@@ -82,7 +83,7 @@ def load_run(run_dir: Path) -> RunRecord:
     speeds = [r["sps"] for r in rows[1:] if "sps" in r]  # the first row is warm-up
     return RunRecord(run_dir, recipe.get("env", {}).get("id", "?"), run_dir.parent.name if in_sweep else communicator,
                      communicator, result.is_file(), final, statistics.median(speeds) if speeds else None,
-                     curve.reshape(-1, 2))
+                     curve.reshape(-1, 2), run_dir.parent.parent if in_sweep else None)
 
 
 def steps_to_target(curve: np.ndarray, target: float) -> float:
@@ -103,10 +104,15 @@ def summarise(label: str, runs: list[RunRecord], target: float | None) -> Row:
 
 
 def group_runs(records: list[RunRecord]) -> dict[str, dict[str, list[RunRecord]]]:
-    """env id -> label -> runs, both sorted."""
+    """env id -> label -> runs, both sorted. A recipe found in several sweeps given (the same
+    recipe with and without an override, say) is a row per sweep, labelled ``<sweep>/<recipe>``."""
+    sweeps: dict[tuple[str, str], set] = {}
+    for r in records:
+        sweeps.setdefault((r.env_id, r.label), set()).add(r.sweep)
     groups: dict[str, dict[str, list[RunRecord]]] = {}
     for r in records:
-        groups.setdefault(r.env_id, {}).setdefault(r.label, []).append(r)
+        label = f"{r.sweep.name}/{r.label}" if r.sweep is not None and len(sweeps[r.env_id, r.label]) > 1 else r.label
+        groups.setdefault(r.env_id, {}).setdefault(label, []).append(r)
     return {env: dict(sorted(by_label.items())) for env, by_label in sorted(groups.items())}
 
 
