@@ -235,13 +235,14 @@ def test_allreduce_learners_as_two_slurm_tasks_train_as_one_group(slurm, tmp_pat
 
 def test_a_job_reaching_its_time_limit_is_requeued_and_resumes_to_the_budget(slurm, tmp_path):
     """--time 2: the job asks SLURM for USR2 30 s before its limit (rlkit.commands.slurm.signal_delay_s),
-    so a run that needs more than one 2-minute job (800k steps, ~100 s of training here) is stopped
-    and requeued by SLURM's own clock and still ends at its budget with one CSV row per logged
-    update; no job is killed at its limit."""
+    so a run that needs more than one 2-minute job is stopped and requeued by SLURM's own clock and
+    still ends at its budget with one CSV row per logged update; no job is killed at its limit. The
+    budget must not fit in one job's 90 s on the fastest host: 800k steps once did (74 s, AMD EPYC,
+    2026-12-08); 1.6M would need 18k agent steps/s."""
     import csv
 
     out = rlkit("sweep", "a2c-cartpole-local", "--executor", "slurm", "--name", "tl", "--time", "2",
-                "algo.total_steps=800000", "algo.stop_at_score=null", "logging.backends=[csv]",
+                "algo.total_steps=1600000", "algo.stop_at_score=null", "logging.backends=[csv]",
                 "trainer.log_every_n_updates=20", cwd=tmp_path, timeout=900)
     assert out.returncode == 0, out.stdout + out.stderr
     run_dir = tmp_path / "runs" / "tl" / "a2c-cartpole-local" / "seed0"
@@ -250,9 +251,9 @@ def test_a_job_reaching_its_time_limit_is_requeued_and_resumes_to_the_budget(slu
     segments = log.count(f"slurm job {job}: ")
     assert segments >= 2 and "Ctrl-C: stopping at update" in log, log[-3000:]  # stopped by the limit's signal
     result = json.loads((run_dir / "result.json").read_text())
-    assert result["agent_steps"] == 800_000 and result["updates"] == 20_000
+    assert result["agent_steps"] == 1_600_000 and result["updates"] == 40_000
     with open(run_dir / "csv" / "metrics.csv", newline="") as fh:
         steps = [int(r["step"]) for r in csv.DictReader(fh)]
-    assert steps == [1, *range(20, 20_001, 20)], "a row per logged update, none twice, none missing"
+    assert steps == [1, *range(20, 40_001, 20)], "a row per logged update, none twice, none missing"
     job_logs = "".join(p.read_text() for p in (tmp_path / "runs" / "tl" / ".submitit").rglob("*.err"))
     assert "DUE TO TIME LIMIT" not in job_logs, job_logs[-2000:]

@@ -131,7 +131,8 @@ def torchrun_nodes(tmp_path: Path, recipe: str, nodes: int, per_node: int, overr
     """The documented multi-node launch, on one machine: one ``torchrun`` per node, all on
     127.0.0.1, each running ``rlkit run recipe``; returns (exit code, stdout, stderr) per
     node. ``max_restarts``: the elastic launch instead (c10d rendezvous, ``--max-restarts``; node
-    ranks are handed out by the rendezvous)."""
+    ranks are handed out by the rendezvous). Nodes still running after ``timeout_s`` are killed
+    (exit code -9) and their output returned, so a test can show where they were."""
     import os
     import socket
     import subprocess
@@ -152,16 +153,33 @@ def torchrun_nodes(tmp_path: Path, recipe: str, nodes: int, per_node: int, overr
                                "-m", "rlkit.cli", "run", recipe, f"trainer.num_nodes={nodes}",
                                f"trainer.devices={per_node}", f"placement.learners={nodes * per_node}", *overrides],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                              env=dict(os.environ, WANDB_MODE="offline"))
+                              env=dict(os.environ, WANDB_MODE="offline"), start_new_session=True)
              for rank in range(nodes)]
+
+    def kill_all() -> None:  # each node's torchrun and its learners (a session of their own)
+        import signal
+
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+    import time
+
+    deadline = time.monotonic() + timeout_s
     outs = []
     try:
         for proc in procs:
-            outs.append((*proc.communicate(timeout=timeout_s),))
+            try:
+                outs.append((*proc.communicate(timeout=max(1.0, deadline - time.monotonic())),))
+            except subprocess.TimeoutExpired:  # past the deadline: every node is killed, its output kept
+                kill_all()
+                outs.append((*proc.communicate(),))
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
+        kill_all()
+    # a node killed at the deadline ends with -9, and its stderr says how far it got
     return [(proc.returncode, out, err) for proc, (out, err) in zip(procs, outs)]
 
 
